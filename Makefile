@@ -1,0 +1,42 @@
+# edgetune: two commands. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+APT_PACKAGES := openssh-server openssh-client gcc-aarch64-linux-gnu g++-aarch64-linux-gnu \
+                gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf
+DEMO_DIR ?= demo-out
+
+.PHONY: demo test install system-deps bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# System packages the tests need (sshd for the SSH tests, cross compilers for exports).
+# Installed with apt when run as root; otherwise only checked.
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing system packages:$$missing (tests needing them are skipped)"; fi; \
+	fi
+
+test: install system-deps
+	$(PY) -m pytest -q
+
+demo: install
+	$(PY) -m toolkit.demo --out $(DEMO_DIR)
+
+bench: install
+	$(PY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

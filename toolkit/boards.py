@@ -1,0 +1,289 @@
+"""Board profiles (``boards/*.toml``) and the board inventory (a user's TOML file).
+
+A *profile* describes a board type: architecture, TVM target, RPC key, VTA hardware,
+how the runtime gets onto it and which cross compiler links its libraries.
+The *inventory* lists the user's boards: name, type, host, SSH details, RPC key, tags.
+
+>>> from toolkit.boards import load_profile
+>>> load_profile("vta-fsim").family
+'vta'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from toolkit.errors import BoardError, InventoryError
+
+PROFILE_DIR = Path(os.environ.get("EDGETUNE_BOARDS_DIR", Path(__file__).resolve().parent.parent / "boards"))
+BUILTIN_BOARDS = ("vta-fsim", "local")
+"""Boards that need no registration: the simulator and this machine's CPU."""
+
+FAMILIES = ("vta", "cpu", "cuda")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class BoardProfile:
+    """One board type, loaded from ``boards/<name>.toml``."""
+
+    name: str
+    description: str
+    arch: str
+    family: str
+    rpc_key: str
+    target: dict[str, Any]
+    executor: str
+    vta: dict[str, Any] | None
+    runtime: dict[str, Any]
+    cross_compiler: str | None
+    ssh: dict[str, Any]
+    limits: dict[str, Any]
+
+    @property
+    def is_simulator(self) -> bool:
+        """True for the in-process VTA simulator board."""
+        return self.executor == "fsim"
+
+    def tvm_target(self) -> "Any":
+        """The profile's target as a ``tvm.target.Target`` (imports TVM)."""
+        import tvm
+
+        return tvm.target.Target(self.target)
+
+
+def _resolve_auto(target: dict[str, Any]) -> dict[str, Any]:
+    """Replace ``mcpu = "auto"`` by this machine's CPU as LLVM detects it."""
+    out = dict(target)
+    if out.get("mcpu") == "auto":
+        from tvm.target import codegen
+
+        out["mcpu"] = codegen.llvm_get_system_cpu()
+    if isinstance(out.get("host"), dict):
+        out["host"] = _resolve_auto(out["host"])
+    return out
+
+
+def profile_names() -> list[str]:
+    """Names of every shipped profile."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+@lru_cache(maxsize=None)
+def load_profile(name: str) -> BoardProfile:
+    """Load and validate ``boards/<name>.toml``; :class:`BoardError` if unknown or malformed."""
+    path = PROFILE_DIR / f"{name}.toml"
+    if not _NAME.match(name) or not path.is_file():
+        raise BoardError(f"unknown board type {name!r}: use one of {', '.join(profile_names())}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise BoardError(f"board profile {path} is malformed: {exc}") from None
+    try:
+        family = raw["family"]
+        if family not in FAMILIES:
+            raise BoardError(f"board profile {path}: family must be one of {FAMILIES}, got {family!r}")
+        vta = raw.get("vta")
+        if family == "vta" and not vta:
+            raise BoardError(f"board profile {path}: a vta board needs a [vta] table")
+        return BoardProfile(
+            name=name,
+            description=raw["description"],
+            arch=raw["arch"],
+            family=family,
+            rpc_key=raw["rpc_key"],
+            target=_resolve_auto(raw["target"]),
+            executor=raw["executor"],
+            vta=vta,
+            runtime=raw.get("runtime", {}),
+            cross_compiler=raw.get("cross", {}).get("compiler") or None,
+            ssh=raw.get("ssh", {}),
+            limits=raw.get("limits", {}),
+        )
+    except KeyError as exc:
+        raise BoardError(f"board profile {path} lacks the key {exc.args[0]!r}") from None
+
+
+# -- inventory ------------------------------------------------------------------------
+
+@dataclass
+class BoardEntry:
+    """One registered board."""
+
+    name: str
+    type: str
+    host: str | None = None
+    port: int = 22
+    user: str | None = None
+    key: str | None = None
+    rpc_key: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+    @property
+    def profile(self) -> BoardProfile:
+        """The board's profile."""
+        return load_profile(self.type)
+
+    @property
+    def effective_rpc_key(self) -> str:
+        """The RPC key the board registers under (its own, else the profile's)."""
+        return self.rpc_key or self.profile.rpc_key
+
+    def to_toml(self) -> dict[str, Any]:
+        """The inventory table of this board (no empty fields)."""
+        d: dict[str, Any] = {"type": self.type, "port": self.port}
+        for k in ("host", "user", "key", "rpc_key"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
+        if self.tags:
+            d["tags"] = list(self.tags)
+        return d
+
+
+def default_inventory_path() -> Path:
+    """``$EDGETUNE_INVENTORY``, else ``$XDG_CONFIG_HOME/edgetune/inventory.toml``."""
+    env = os.environ.get("EDGETUNE_INVENTORY")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "edgetune" / "inventory.toml"
+
+
+class Inventory:
+    """The user's boards, stored in one TOML file written atomically.
+
+    >>> import tempfile, pathlib
+    >>> inv = Inventory(pathlib.Path(tempfile.mkdtemp()) / "inv.toml")
+    >>> _ = inv.add(BoardEntry("sim1", "vta-fsim"))
+    >>> [b.name for b in inv.load()]
+    ['sim1']
+    """
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path).expanduser() if path else default_inventory_path()
+
+    def load(self) -> list[BoardEntry]:
+        """Every registered board; a missing file is an empty inventory."""
+        if not self.path.exists():
+            return []
+        try:
+            text = self.path.read_text()
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InventoryError(
+                f"inventory {self.path} is corrupt ({exc}); fix that line or move the file away, "
+                "edgetune will not overwrite it"
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InventoryError(f"cannot read inventory {self.path}: {exc}") from None
+        boards = raw.get("boards", {})
+        if not isinstance(boards, dict):
+            raise InventoryError(f"inventory {self.path}: 'boards' must be a table; fix or move the file away")
+        out = []
+        for name, t in boards.items():
+            if not isinstance(t, dict) or "type" not in t:
+                raise InventoryError(f"inventory {self.path}: board {name!r} has no type; fix or remove it")
+            unknown = set(t) - {"type", "host", "port", "user", "key", "rpc_key", "tags"}
+            if unknown:
+                raise InventoryError(f"inventory {self.path}: board {name!r} has unknown key(s) {sorted(unknown)}")
+            try:
+                out.append(BoardEntry(name=name, type=t["type"], host=t.get("host"), port=int(t.get("port", 22)),
+                                      user=t.get("user"), key=t.get("key"), rpc_key=t.get("rpc_key"),
+                                      tags=list(t.get("tags", []))))
+            except (TypeError, ValueError) as exc:
+                raise InventoryError(f"inventory {self.path}: board {name!r} is malformed: {exc}") from None
+        return out
+
+    def get(self, name: str) -> BoardEntry:
+        """A registered board by name."""
+        for b in self.load():
+            if b.name == name:
+                return b
+        known = [b.name for b in self.load()]
+        hint = f"registered: {', '.join(known)}" if known else "the inventory is empty"
+        raise BoardError(f"unknown board {name!r} ({hint}); add it with `edgetune board add {name} --type TYPE`")
+
+    def add(self, entry: BoardEntry, replace: bool = False) -> BoardEntry:
+        """Register a board; an existing name is refused unless ``replace``."""
+        validate_entry(entry)
+        boards = self.load()
+        if any(b.name == entry.name for b in boards) and not replace:
+            raise InventoryError(f"board {entry.name!r} is already registered; remove it first or pass --replace")
+        boards = [b for b in boards if b.name != entry.name] + [entry]
+        self._write(boards)
+        return entry
+
+    def remove(self, name: str) -> BoardEntry:
+        """Unregister a board."""
+        entry = self.get(name)
+        self._write([b for b in self.load() if b.name != name])
+        return entry
+
+    def _write(self, boards: list[BoardEntry]) -> None:
+        data = {"boards": {b.name: b.to_toml() for b in boards}}
+        text = "# edgetune board inventory (edit with `edgetune board add/remove`)\n" + tomli_w.dumps(data)
+        atomic_write_text(self.path, text)
+
+
+def validate_entry(entry: BoardEntry) -> None:
+    """Check a board entry before it is stored."""
+    if not _NAME.match(entry.name):
+        raise BoardError(f"board name {entry.name!r} must be letters, digits, '.', '_' or '-' (max 64)")
+    if entry.name in BUILTIN_BOARDS:
+        raise BoardError(f"{entry.name!r} is a built-in board; choose another name")
+    load_profile(entry.type)
+    if not 0 < entry.port < 65536:
+        raise BoardError(f"port {entry.port} is out of range 1..65535")
+    if entry.key and not Path(entry.key).expanduser().is_file():
+        raise BoardError(f"SSH key file {entry.key} does not exist; give the path of a private key")
+    for tag in entry.tags:
+        if not _NAME.match(tag):
+            raise BoardError(f"tag {tag!r} must be letters, digits, '.', '_' or '-'")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class Board:
+    """A board ready to use: its entry (``None`` for built-ins) and its profile."""
+
+    name: str
+    profile: BoardProfile
+    entry: BoardEntry | None = None
+
+    @property
+    def rpc_key(self) -> str:
+        """RPC key of the board."""
+        return self.entry.effective_rpc_key if self.entry else self.profile.rpc_key
+
+
+def resolve_board(name: str, inventory: Inventory | None = None) -> Board:
+    """A registered board by name, or a built-in one (``vta-fsim``, ``local``)."""
+    inventory = inventory or Inventory()
+    if name in BUILTIN_BOARDS:
+        return Board(name, load_profile(name))
+    entry = inventory.get(name)
+    return Board(name, entry.profile, entry)

@@ -1,0 +1,67 @@
+"""The root typer app. Each command group lives in its own module and registers itself here."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from toolkit import __version__, console
+from toolkit.errors import EdgetuneError
+
+
+class _Group(TyperGroup):
+    """Root group: turns every :class:`EdgetuneError` into a one-line error and exit code 2."""
+
+    def invoke(self, ctx):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except EdgetuneError as exc:
+            console.error(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            console.error("interrupted; every record written so far is kept (resume with --resume)")
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="edgetune",
+    help="Tune conv2d kernels on VTA FPGAs, Jetson and Raspberry Pi boards, or the VTA simulator.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.info(f"edgetune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        Optional[bool],
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+) -> None:
+    """edgetune: kernel tuning for edge boards."""
+
+
+# Command modules, in help order. Each one adds its commands to ``app`` when imported.
+_COMMANDS = [
+    "board",
+    "workloads",
+]
+for _name in _COMMANDS:
+    importlib.import_module(f"toolkit.cli.{_name}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

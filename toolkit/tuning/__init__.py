@@ -1,0 +1,1 @@
+"""The tuning core: spaces, templates, measurement, records and tuners."""

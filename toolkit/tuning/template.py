@@ -1,0 +1,69 @@
+"""The template interface: how a board family turns a config into something measurable.
+
+A template is created for one workload on one board profile. ``build`` is pure and picklable
+(it runs in builder worker processes); the runner measures what it returns.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from toolkit.boards import BoardProfile
+from toolkit.tuning.measure_result import ErrorClass
+from toolkit.tuning.space import Config, ConfigSpace
+from toolkit.workloads import Conv2dWorkload
+
+
+class BuildError(Exception):
+    """A config that could not be built. ``error`` classifies it (invalid config or compile error)."""
+
+    def __init__(self, message: str, error: ErrorClass = ErrorClass.COMPILE_ERROR) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass
+class Artifact:
+    """What a build produced: a file or bytes the runner can ship, plus compile-time features."""
+
+    index: int
+    kind: str                      # "vta-program" | "tvm-library"
+    payload: bytes = b""           # VTA program binary, or the exported library's bytes
+    path: str | None = None        # or a file (exported library)
+    features: dict[str, float] = field(default_factory=dict)
+    build_s: float = 0.0
+
+
+class Template(abc.ABC):
+    """A tunable conv2d implementation for one workload on one board type."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> None:
+        self.workload = workload
+        self.profile = profile
+        self.options = options
+
+    @abc.abstractmethod
+    def space(self) -> ConfigSpace:
+        """The configuration space."""
+
+    @abc.abstractmethod
+    def build(self, config: Config) -> Artifact:
+        """Build one config; raise :class:`BuildError` when it cannot be built."""
+
+    @abc.abstractmethod
+    def make_inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """Random inputs in the layout the built code takes (data, weight[, bias])."""
+
+    @abc.abstractmethod
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """The expected output for ``inputs`` (numpy), in the built code's output layout."""
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description stored in records (template name and options)."""
+        return {"template": self.name, **self.options}

@@ -1,0 +1,133 @@
+"""The tuner interface (ask/tell), its option tables and the name-to-class registry.
+
+A tuner is created with its options only (no work in ``__init__``), bound to a task's space
+by :meth:`Tuner.setup`, then driven by the tuning loop::
+
+    tuner = XGBTuner(seed=0, plan_size=64)
+    tuner.setup(TuningContext(space=task.space))
+    while budget:
+        indices = tuner.propose(8)      # distinct, never measured before
+        results = measure(indices)
+        tuner.update(results)
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+
+from toolkit.errors import ConfigError
+from toolkit.tuning.measure_result import MeasureResult
+from toolkit.tuning.space import ConfigSpace
+
+
+@dataclass(frozen=True)
+class Option:
+    """One tuner option: default, type, and a one-line description."""
+
+    default: Any
+    doc: str
+    type: type = object
+    choices: tuple | None = None
+
+    def check(self, name: str, value: Any) -> Any:
+        """Validate and coerce ``value``; :class:`ConfigError` if it does not fit."""
+        if self.type is not object and value is not None:
+            try:
+                if self.type is bool and isinstance(value, str):
+                    value = {"true": True, "1": True, "false": False, "0": False}[value.lower()]
+                else:
+                    value = self.type(value)
+            except (TypeError, ValueError, KeyError):
+                raise ConfigError(f"option {name}={value!r} is not a {self.type.__name__}") from None
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"option {name}={value!r} must be one of {list(self.choices)}")
+        return value
+
+
+@dataclass
+class TuningContext:
+    """What a tuner may use from the task.
+
+    ``compile_features`` compiles configs without measuring them (no board time) and returns,
+    per index, either a feature dict or a :class:`MeasureResult` with the compile error.
+    It is ``None`` where the task cannot compile ahead of measurement.
+    """
+
+    space: ConfigSpace
+    compile_features: Callable[[Sequence[int]], list[dict[str, float] | MeasureResult]] | None = None
+    n_parallel: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Tuner(abc.ABC):
+    """Base class of every tuner (ask/tell)."""
+
+    name: ClassVar[str] = ""
+    options: ClassVar[dict[str, Option]] = {}
+
+    def __init__(self, seed: int = 0, **options: Any) -> None:
+        unknown = set(options) - set(self.options)
+        if unknown:
+            raise ConfigError(
+                f"tuner {self.name!r} has no option(s) {sorted(unknown)}; options: {sorted(self.options)}"
+            )
+        self.seed = seed
+        self.params = {k: opt.check(k, options.get(k, opt.default)) for k, opt in self.options.items()}
+
+    def setup(self, ctx: TuningContext) -> None:
+        """Bind to a task. Subclasses extend this to build their state; call ``super().setup``."""
+        self.ctx = ctx
+        self.space = ctx.space
+        self.rng = np.random.default_rng(self.seed)
+        self.visited: set[int] = set()
+
+    @abc.abstractmethod
+    def propose(self, n: int) -> list[int]:
+        """Up to ``n`` distinct indices never proposed or measured before (fewer only when exhausted)."""
+
+    def update(self, results: Sequence[MeasureResult]) -> None:
+        """Learn from measured results (valid or not). Subclasses extend; call ``super().update``."""
+        for r in results:
+            self.visited.add(r.index)
+
+    def load_history(self, results: Sequence[MeasureResult]) -> None:
+        """Restore state from earlier records (resume); by default the same as :meth:`update`."""
+        self.update(results)
+
+    def stats(self) -> dict[str, float]:
+        """Counters for benchmarks (e.g. cost-model queries); empty by default."""
+        return {}
+
+
+TUNERS: dict[str, type[Tuner]] = {}
+
+
+def register(cls: type[Tuner]) -> type[Tuner]:
+    """Class decorator: add a tuner to the registry under ``cls.name``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no name")
+    TUNERS[cls.name] = cls
+    return cls
+
+
+def make_tuner(name: str, seed: int = 0, **options: Any) -> Tuner:
+    """Create a registered tuner by name (for the CLI; Python users pass instances)."""
+    _load_builtin()
+    if name not in TUNERS:
+        raise ConfigError(f"unknown tuner {name!r}: use one of {', '.join(sorted(TUNERS))}")
+    return TUNERS[name](seed=seed, **options)
+
+
+def _load_builtin() -> None:
+    import importlib
+    import pkgutil
+
+    import toolkit.tuning.tuners as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name != "base":
+            importlib.import_module(f"toolkit.tuning.tuners.{mod.name}")
