@@ -1,0 +1,5 @@
+"""``python -m toolkit`` runs the ``edgetune`` command."""
+
+from toolkit.cli import main
+
+main()

@@ -1,0 +1,258 @@
+"""Real TVM RPC tracker and server processes on this machine, and the tracker's view of its boards.
+
+Both run as ``python -m tvm.exec.rpc_tracker`` / ``rpc_server`` subprocesses in their own
+process group (they fork workers), so :meth:`stop` ends the whole group and frees the port.
+They bind to loopback unless told otherwise.
+
+>>> from toolkit.rpc.tracker import start_tracker, start_server, tracker_summary
+>>> with start_tracker() as tracker, start_server(tracker.address, key="demo") as server:  # doctest: +SKIP
+...     sorted(tracker_summary(*tracker.address)["queue_info"])
+['demo']
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from toolkit.errors import BoardError
+
+LOOPBACK = "127.0.0.1"
+_BIND = re.compile(r"bind to \S+?:(\d+)")
+
+
+def _free_port(host: str) -> int:
+    """A port the OS reports free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _port_range(host: str, port: int, port_end: int | None) -> tuple[int, int]:
+    if port == 0:
+        port = _free_port(host)
+        return port, port_end or port + 50
+    return port, port_end or port + 1
+
+
+class _Process:
+    """A TVM RPC subprocess in its own session; its log goes to a temporary file."""
+
+    kind = "process"
+
+    def __init__(self, argv: Sequence[str], host: str) -> None:
+        self.host = host
+        self.argv = list(argv)
+        fd, self.log_path = tempfile.mkstemp(prefix=f"edgetune-{self.kind}-", suffix=".log")
+        self._log = os.fdopen(fd, "w")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        self.port: int | None = None
+
+    @property
+    def pid(self) -> int:
+        """Process id (also the process group id)."""
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        """True while the main process runs."""
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        """Everything the process printed so far."""
+        return Path(self.log_path).read_text(errors="replace")
+
+    def _bound_port(self) -> int | None:
+        m = _BIND.search(self.log())
+        return int(m.group(1)) if m else None
+
+    def _fail(self, what: str) -> BoardError:
+        tail = " | ".join(self.log().strip().splitlines()[-3:])
+        self.stop()
+        return BoardError(f"the RPC {self.kind} {what} ({' '.join(self.argv[1:4])}...): {tail or 'no output'}")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Kill the process group (SIGTERM, then SIGKILL) and remove the log."""
+        if self.proc.returncode is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # workers may outlive the leader; the group id is still the leader's pid
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not self._log.closed:
+            self._log.close()
+            Path(self.log_path).unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class TrackerProcess(_Process):
+    """``python -m tvm.exec.rpc_tracker`` on ``host``; :attr:`address` once ready."""
+
+    kind = "tracker"
+
+    def wait_ready(self, timeout: float = 30.0) -> "TrackerProcess":
+        """Wait until the tracker accepts connections; :class:`BoardError` if it dies or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise self._fail("exited at start")
+            self.port = self.port or self._bound_port()
+            if self.port:
+                try:
+                    with socket.create_connection((self.host, self.port), timeout=1.0):
+                        return self
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise self._fail(f"did not accept connections within {timeout:.0f} s")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` of the running tracker."""
+        if self.port is None:
+            self.wait_ready()
+        return self.host, int(self.port)  # type: ignore[arg-type]
+
+
+class ServerProcess(_Process):
+    """``python -m tvm.exec.rpc_server`` registered with a tracker under ``key``."""
+
+    kind = "server"
+
+    def __init__(self, argv: Sequence[str], host: str, tracker: tuple[str, int], key: str) -> None:
+        super().__init__(argv, host)
+        self.tracker = tracker
+        self.key = key
+
+    def wait_ready(self, timeout: float = 30.0) -> "ServerProcess":
+        """Wait until the tracker lists this server under its key."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise self._fail("exited at start")
+            self.port = self.port or self._bound_port()
+            if self.port and self._registered():
+                return self
+            time.sleep(0.1)
+        raise self._fail(f"did not register with the tracker at {self.tracker[0]}:{self.tracker[1]} "
+                         f"under key {self.key!r} within {timeout:.0f} s")
+
+    def _registered(self) -> bool:
+        try:
+            info = tracker_summary(*self.tracker)
+        except BoardError:
+            return False
+        return any(s.get("key", "").split(":", 1)[-1] == self.key and int(s["addr"][1]) == self.port
+                   for s in info.get("server_info", []))
+
+
+def start_tracker(host: str = LOOPBACK, port: int = 0, port_end: int | None = None,
+                  python: str = sys.executable, wait: float | None = 30.0) -> TrackerProcess:
+    """Start a tracker on ``host`` (``port=0``: a free port) and wait until it accepts connections."""
+    lo, hi = _port_range(host, port, port_end)
+    tracker = TrackerProcess([python, "-m", "tvm.exec.rpc_tracker", "--host", host,
+                              "--port", str(lo), "--port-end", str(hi)], host)
+    return tracker.wait_ready(wait) if wait else tracker
+
+
+def start_server(tracker: tuple[str, int], key: str, host: str = LOOPBACK, port: int = 0,
+                 port_end: int | None = None, extra_args: Sequence[str] = (),
+                 python: str = sys.executable, module: str = "tvm.exec.rpc_server",
+                 wait: float | None = 30.0) -> ServerProcess:
+    """Start an RPC server registered with ``tracker`` under ``key``; wait until the tracker lists it."""
+    lo, hi = _port_range(host, port, port_end)
+    argv = [python, "-m", module, "--host", host, "--port", str(lo), "--port-end", str(hi),
+            "--tracker", f"{tracker[0]}:{tracker[1]}", "--key", key, *extra_args]
+    server = ServerProcess(argv, host, tracker, key)
+    return server.wait_ready(wait) if wait else server
+
+
+def tracker_summary(host: str, port: int) -> dict[str, Any]:
+    """The tracker's ``summary()``: ``{"queue_info": {key: {free, pending}}, "server_info": [...]}``."""
+    from tvm import rpc
+
+    try:
+        return dict(rpc.connect_tracker(host, int(port)).summary())
+    except Exception as exc:  # noqa: BLE001 - TVM raises plain RuntimeError/ConnectionError
+        raise BoardError(f"cannot reach the RPC tracker at {host}:{port} ({exc}); "
+                         "start it with `edgetune tracker start` or check the address") from None
+
+
+# -- the `local` board: a tracker + server on loopback, shared by everything in this process ----
+
+_LOCAL: dict[str, tuple[TrackerProcess, ServerProcess, list[int]]] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
+    """Start (or reuse) a loopback tracker and a server registered under ``key``.
+
+    Returns ``(tracker_host, tracker_port, stop)``; ``stop()`` releases this caller's use and
+    the processes end when the last user stops (or at interpreter exit).
+    """
+    with _LOCAL_LOCK:
+        entry = _LOCAL.get(key)
+        if entry and not (entry[0].alive() and entry[1].alive()):
+            entry[1].stop()
+            entry[0].stop()
+            entry = None
+        if entry is None:
+            tracker = start_tracker()
+            try:
+                server = start_server(tracker.address, key)
+            except BaseException:
+                tracker.stop()
+                raise
+            entry = (tracker, server, [0])
+            _LOCAL[key] = entry
+        entry[2][0] += 1
+    tracker, server, users = entry
+    released = threading.Event()
+
+    def stop() -> None:
+        if released.is_set():
+            return
+        released.set()
+        with _LOCAL_LOCK:
+            users[0] -= 1
+            if users[0] <= 0 and _LOCAL.get(key) is entry:
+                del _LOCAL[key]
+                server.stop()
+                tracker.stop()
+
+    host, port = tracker.address
+    return host, port, stop
+
+
+@atexit.register
+def _stop_local() -> None:
+    for tracker, server, _ in list(_LOCAL.values()):
+        server.stop()
+        tracker.stop()
+    _LOCAL.clear()

@@ -1,0 +1,39 @@
+"""The runner interface: measure built artifacts on a board (or the simulator)."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Sequence
+
+from toolkit.tuning.measure_result import MeasureResult
+from toolkit.tuning.space import Config
+from toolkit.tuning.template import Artifact, Template
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How to time one artifact (AutoTVM/TVM semantics).
+
+    Each of ``repeat`` measurements runs the kernel ``number`` times (raised so that one
+    measurement lasts at least ``min_repeat_ms``) and reports the mean; ``timeout_s`` bounds
+    one artifact's whole run; ``check`` compares the output with the reference.
+    """
+
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: float = 0.0
+    timeout_s: float = 30.0
+    check: bool = True
+
+
+class Runner(abc.ABC):
+    """Measures artifacts. Implementations: the in-process simulator, TVM RPC boards."""
+
+    @abc.abstractmethod
+    def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
+            options: MeasureOptions) -> list[MeasureResult]:
+        """One result per item, in order. A board lost mid-run is retried (never recorded as a result)."""
+
+    def close(self) -> None:
+        """Release connections; the default has none."""
