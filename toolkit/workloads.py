@@ -134,7 +134,8 @@ _REQUIRED = ("h", "w", "ci", "co", "kh", "kw")
 
 
 def parse_workload(spec: str) -> Conv2dWorkload:
-    """Parse ``conv2d:N=1,H=56,...`` or a named layer such as ``resnet18.C2``.
+    """Parse ``conv2d:N=1,H=56,...``, a named layer such as ``resnet18.C2``, or a layer of a
+    built-in network (``resnet50.L3``, see :mod:`toolkit.networks`).
 
     Raises :class:`WorkloadError` naming the bad field.
     """
@@ -144,6 +145,11 @@ def parse_workload(spec: str) -> Conv2dWorkload:
     lowered = {k.lower(): v for k, v in NAMED.items()}
     if text.lower() in lowered:
         return lowered[text.lower()]
+    if "." in text and not text.lower().startswith("conv2d:"):
+        from toolkit.networks import NETWORKS, network_layer  # networks import this module
+
+        if text.split(".", 1)[0].lower().replace("-", "_") in NETWORKS:
+            return network_layer(text)
     if not text.lower().startswith("conv2d:"):
         known = ", ".join(sorted(NAMED, key=_natural))
         raise WorkloadError(

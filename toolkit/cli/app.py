@@ -56,7 +56,13 @@ def _root(
 # Command modules, in help order. Each one adds its commands to ``app`` when imported.
 _COMMANDS = [
     "board",
+    "tracker",
+    "bitstream",
     "workloads",
+    "tune",
+    "vta",
+    "space",
+    "export",
 ]
 for _name in _COMMANDS:
     importlib.import_module(f"toolkit.cli.{_name}")

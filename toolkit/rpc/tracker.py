@@ -13,6 +13,7 @@ They bind to loopback unless told otherwise.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import signal
@@ -23,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from toolkit.errors import BoardError
 
@@ -141,29 +142,43 @@ class TrackerProcess(_Process):
 
 
 class ServerProcess(_Process):
-    """``python -m tvm.exec.rpc_server`` registered with a tracker under ``key``."""
+    """``python -m tvm.exec.rpc_server``, registered with a tracker under ``key`` (or standalone)."""
 
     kind = "server"
 
-    def __init__(self, argv: Sequence[str], host: str, tracker: tuple[str, int], key: str) -> None:
+    def __init__(self, argv: Sequence[str], host: str, tracker: tuple[str, int] | None, key: str | None) -> None:
         super().__init__(argv, host)
         self.tracker = tracker
         self.key = key
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` the server listens on (for direct connections)."""
+        if self.port is None:
+            self.wait_ready()
+        return self.host, int(self.port)  # type: ignore[arg-type]
+
     def wait_ready(self, timeout: float = 30.0) -> "ServerProcess":
-        """Wait until the tracker lists this server under its key."""
+        """Wait until the tracker lists this server under its key (standalone: until it accepts)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
                 raise self._fail("exited at start")
             self.port = self.port or self._bound_port()
-            if self.port and self._registered():
+            if self.port and self._ready():
                 return self
             time.sleep(0.1)
-        raise self._fail(f"did not register with the tracker at {self.tracker[0]}:{self.tracker[1]} "
-                         f"under key {self.key!r} within {timeout:.0f} s")
+        where = (f"register with the tracker at {self.tracker[0]}:{self.tracker[1]} under key {self.key!r}"
+                 if self.tracker else "accept connections")
+        raise self._fail(f"did not {where} within {timeout:.0f} s")
 
-    def _registered(self) -> bool:
+    def _ready(self) -> bool:
+        if self.tracker is None:
+            try:
+                with socket.create_connection((self.host, int(self.port)), timeout=1.0):  # type: ignore[arg-type]
+                    return True
+            except OSError:
+                return False
         try:
             info = tracker_summary(*self.tracker)
         except BoardError:
@@ -181,15 +196,21 @@ def start_tracker(host: str = LOOPBACK, port: int = 0, port_end: int | None = No
     return tracker.wait_ready(wait) if wait else tracker
 
 
-def start_server(tracker: tuple[str, int], key: str, host: str = LOOPBACK, port: int = 0,
+def start_server(tracker: tuple[str, int] | None, key: str | None = None, host: str = LOOPBACK, port: int = 0,
                  port_end: int | None = None, extra_args: Sequence[str] = (),
                  python: str = sys.executable, module: str = "tvm.exec.rpc_server",
                  wait: float | None = 30.0) -> ServerProcess:
-    """Start an RPC server registered with ``tracker`` under ``key``; wait until the tracker lists it."""
+    """Start an RPC server registered with ``tracker`` under ``key`` and wait until the tracker lists it.
+
+    ``tracker=None`` starts a standalone server for direct connections (``host:port``).
+    """
+    if tracker is not None and not key:
+        raise BoardError("an RPC server registered with a tracker needs a key")
     lo, hi = _port_range(host, port, port_end)
-    argv = [python, "-m", module, "--host", host, "--port", str(lo), "--port-end", str(hi),
-            "--tracker", f"{tracker[0]}:{tracker[1]}", "--key", key, *extra_args]
-    server = ServerProcess(argv, host, tracker, key)
+    argv = [python, "-m", module, "--host", host, "--port", str(lo), "--port-end", str(hi)]
+    if tracker is not None:
+        argv += ["--tracker", f"{tracker[0]}:{tracker[1]}", "--key", str(key)]
+    server = ServerProcess([*argv, *extra_args], host, tracker, key)
     return server.wait_ready(wait) if wait else server
 
 
@@ -198,6 +219,8 @@ def tracker_summary(host: str, port: int) -> dict[str, Any]:
     from tvm import rpc
 
     try:
+        # TVM retries a refused tracker connection for 60 s; fail fast when nothing listens
+        socket.create_connection((host, int(port)), timeout=5.0).close()
         return dict(rpc.connect_tracker(host, int(port)).summary())
     except Exception as exc:  # noqa: BLE001 - TVM raises plain RuntimeError/ConnectionError
         raise BoardError(f"cannot reach the RPC tracker at {host}:{port} ({exc}); "
@@ -248,6 +271,16 @@ def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
 
     host, port = tracker.address
     return host, port, stop
+
+
+@contextlib.contextmanager
+def local_rpc(key: str = "local") -> Iterator[tuple[str, int]]:
+    """``with local_rpc("local") as (host, port):`` — :func:`ensure_local_rpc` as a context manager."""
+    host, port, stop = ensure_local_rpc(key)
+    try:
+        yield host, port
+    finally:
+        stop()
 
 
 @atexit.register

@@ -6,6 +6,7 @@ import abc
 from dataclasses import dataclass
 from typing import Sequence
 
+from toolkit.errors import EdgetuneError
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.space import Config
 from toolkit.tuning.template import Artifact, Template
@@ -37,3 +38,7 @@ class Runner(abc.ABC):
 
     def close(self) -> None:
         """Release connections; the default has none."""
+
+
+class BoardLostError(EdgetuneError):
+    """The board went away mid-measurement. The tuning loop re-measures the batch (never records it)."""

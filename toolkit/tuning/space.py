@@ -287,6 +287,14 @@ class ConfigSpace:
                         break
         return out
 
+    @staticmethod
+    def format(values: dict[str, Any]) -> str:
+        """A compact one-line rendering of knob values: ``tile_h=7x8 oc_nthread=2``."""
+        def one(v: Any) -> str:
+            return "x".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
+
+        return " ".join(f"{k}={one(v)}" for k, v in values.items())
+
     def table(self) -> list[tuple[str, int, str]]:
         """Rows ``(knob, options, description)`` for display."""
         return [(k.name, len(k), k.describe()) for k in self.knobs]

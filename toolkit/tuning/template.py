@@ -36,6 +36,9 @@ class Artifact:
     path: str | None = None        # or a file (exported library)
     features: dict[str, float] = field(default_factory=dict)
     build_s: float = 0.0
+    obj: Any = field(default=None, repr=False, compare=False)
+    """The in-memory build product (e.g. the VTA ``Program``) so an in-process runner can skip
+    decoding ``payload``; ``None`` when not available. Runners must fall back to ``payload``."""
 
 
 class Template(abc.ABC):

@@ -122,6 +122,12 @@ def make_tuner(name: str, seed: int = 0, **options: Any) -> Tuner:
     return TUNERS[name](seed=seed, **options)
 
 
+def tuner_classes() -> dict[str, type[Tuner]]:
+    """Every registered tuner class by name (built-in tuners loaded)."""
+    _load_builtin()
+    return dict(sorted(TUNERS.items()))
+
+
 def _load_builtin() -> None:
     import importlib
     import pkgutil

@@ -1,0 +1,95 @@
+"""Provisioning over a real sshd: plans, dry-run, provision/status/logs/stop, the tracker CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from toolkit.cli.app import app
+from toolkit.rpc.provision import call_health
+
+from .conftest import free_port
+
+runner = CliRunner()
+
+
+def _cli(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _ok(*args):
+    r = _cli(*args)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.fixture
+def tracker():
+    r = _ok("tracker", "start", "--port", free_port(), "--json")
+    state = json.loads(r.stdout)
+    yield ("127.0.0.1", state["port"])
+    _ok("tracker", "stop")
+
+
+def _plan(*args):
+    return json.loads(_ok("board", "provision", *args, "--dry-run", "--json").stdout)["steps"]
+
+
+def test_dry_run_plans_follow_the_profiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_BITSTREAM_CACHE", str(tmp_path / "bits"))
+    for name, type_ in (("pz", "pynq-z1"), ("pi", "rpi4"), ("sim", "vta-fsim"), ("j", "jetson-nano")):
+        _ok("board", "add", name, "--type", type_, "--host", "10.0.0.9")
+    pynq = _plan("pz")
+    text = json.dumps(pynq)
+    assert "make runtime" in text and "git clone" in text and "pip install" in text
+    assert "--key pynq" in text and "--executor fpga" in text and "sudo -n" in text
+    bit = [s for s in pynq if s["name"].startswith("upload bitstream")][0]
+    assert "pynq/0.0.2/1x16_i8w8a32_15_15_18_17.bit" in bit["name"] and "NOT CACHED" in bit["note"]
+    assert "--bitstream" in text and "1x16_i8w8a32_15_15_18_17.bit" in text
+    pi = json.dumps(_plan("pi"))
+    assert "apache-tvm==0.27.0.post1" in pi and "make runtime" not in pi and "--bitstream" not in pi
+    assert "--executor tvm" in pi and "--key rpi4" in pi
+    sim = json.dumps(_plan("sim"))
+    assert "--executor fsim" in sim and "--key vta-fsim" in sim
+    assert "CUDA" in json.dumps(_plan("j"))  # the wheel-has-no-CUDA note is shown
+    # a cached bitstream is uploaded with a digest check
+    src = tmp_path / "1x16_i8w8a32_15_15_18_17.bit"
+    src.write_bytes(b"\x00bitstream")
+    _ok("bitstream", "add", src, "--target", "pynq", "--hw-ver", "0.0.2")
+    bit = [s for s in _plan("pz") if s["name"].startswith("upload bitstream")][0]
+    assert "sha256sum -c" in bit["check"] and bit["upload"].endswith("1x16_i8w8a32_15_15_18_17.bit")
+    # human-readable dry-run prints every command
+    out = _ok("board", "provision", "pi", "--dry-run").stdout
+    assert "python3 -m venv" in out and "toolkit.rpc.agent" in out
+
+
+def test_provision_status_logs_stop_over_ssh(sshd, trusted, tracker, tmp_path):
+    boards = {"sim1": ("vta-fsim", "127.0.0.2"), "loc1": ("local", "127.0.0.3")}
+    for name, (type_, host) in boards.items():
+        _ok("board", "add", name, "--type", type_, "--host", host, "--port", sshd.port, "--user", "root",
+            "--key", sshd.client_key)
+    args = ["--python", sys.executable, "--remote-dir", tmp_path / "remote", "--json"]
+    for name in boards:
+        first = json.loads(_ok("board", "provision", name, *args).stdout)["steps"]
+        assert any(s["changed"] for s in first)
+        assert "answers" in first[-1]["detail"]
+        again = json.loads(_ok("board", "provision", name, *args).stdout)["steps"]
+        assert not any(s["changed"] for s in again), again  # idempotent
+    for name, (type_, _) in boards.items():
+        health = call_health(tracker, "vta-fsim" if type_ == "vta-fsim" else "local", name, 30)
+        assert health["executor"] == ("fsim" if type_ == "vta-fsim" else "tvm")
+    rows = {r["name"]: r for r in json.loads(_ok("board", "status", "--json").stdout)}
+    for name in boards:
+        assert rows[name]["reachable"] and rows[name]["agent_up"] and rows[name]["registered"], rows[name]
+        assert rows[name]["queue"].startswith("1/")
+    st = json.loads(_ok("tracker", "status", "--json").stdout)
+    assert {"vta-fsim", "local"} <= set(st["summary"]["queue_info"])
+    assert "agent sim1" in _ok("board", "logs", "sim1").stdout
+    for name in boards:
+        assert "stopped the agent" in _ok("board", "stop", name).stdout
+        assert "no agent was running" in _ok("board", "stop", name).stdout
+    rows = {r["name"]: r for r in json.loads(_ok("board", "status", "--json").stdout)}
+    assert not rows["sim1"]["agent_up"] and not rows["sim1"]["registered"]

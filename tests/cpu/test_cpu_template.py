@@ -1,0 +1,96 @@
+"""The CPU conv2d template: its space, real LLVM builds that compute the right conv, and features."""
+
+import concurrent.futures as cf
+import multiprocessing
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+from toolkit.boards import load_profile
+from toolkit.templates import template_for
+from toolkit.templates.cpu import CPUConv2dTemplate, conv2d_nchw_reference
+from toolkit.templates.tir_features import FEATURE_NAMES
+from toolkit.workloads import parse_workload
+
+LOCAL = load_profile("local")
+SMALL = [
+    parse_workload("conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"),
+    parse_workload("conv2d:H=15,W=15,CI=8,CO=24,K=3,S=2,P=0"),
+    parse_workload("conv2d:H=9,W=9,CI=12,CO=16,K=1,S=1,P=0"),
+]
+
+
+@pytest.mark.parametrize("layer", ["resnet18.C2", "resnet18.C5", "resnet18.C8"])
+def test_space_of_resnet_layers_is_large(layer):
+    space = CPUConv2dTemplate(parse_workload(layer), LOCAL).space()
+    assert space.size >= 10_000
+    assert space.knob_names == ["tile_co", "tile_oh", "tile_ow", "tile_ci", "reorder", "acc_rows", "vec",
+                                "unroll_tile", "auto_unroll_max_step", "parallel"]
+
+
+def test_template_for_a_cpu_board_is_this_template():
+    assert isinstance(template_for(SMALL[0], LOCAL), CPUConv2dTemplate)
+
+
+def test_reference_is_torch_conv2d():
+    wl = SMALL[1]
+    t = CPUConv2dTemplate(wl, LOCAL)
+    data, weight = t.make_inputs(np.random.default_rng(3))
+    assert weight.shape == (wl.ci, wl.kh, wl.kw, wl.co)          # IHWO
+    expected = torch.nn.functional.conv2d(torch.from_numpy(data), torch.from_numpy(t.weight_oihw(weight).copy()),
+                                          stride=wl.sh, padding=wl.ph).numpy()
+    np.testing.assert_allclose(t.reference([data, weight]), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(conv2d_nchw_reference(data, t.weight_oihw(weight), wl), expected, rtol=1e-4, atol=1e-4)
+
+
+def _run_library(payload: bytes, path, inputs, out_shape):
+    path.write_bytes(payload)
+    mod = tvm.runtime.load_module(str(path))
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    out = tvm.runtime.tensor(np.zeros(out_shape, np.float32), dev)
+    mod["main"](*args, out)
+    return out.numpy()
+
+
+@pytest.mark.parametrize("wl", SMALL, ids=lambda w: w.spec())
+def test_random_configs_build_and_match_numpy(wl, tmp_path):
+    t = CPUConv2dTemplate(wl, LOCAL)
+    space = t.space()
+    rng = np.random.default_rng(7)
+    inputs = t.make_inputs(rng)
+    ref = t.reference(inputs)
+    for index in space.sample(4, rng):
+        config = space.get(index)
+        art = t.build(config)
+        assert art.kind == "tvm-library" and art.index == index and art.payload[:4] == b"\x7fELF"
+        assert list(art.features) == list(FEATURE_NAMES)
+        got = _run_library(art.payload, tmp_path / f"k{index}.so", inputs, t.output_shape())
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3, err_msg=str(config.values))
+
+
+def test_features_follow_the_config():
+    wl = parse_workload("resnet18.C5")
+    t = CPUConv2dTemplate(wl, LOCAL)
+    space = t.space()
+    config = space.get(space.index_of({
+        "tile_co": [8, 16], "tile_oh": [28, 1], "tile_ow": [2, 14], "tile_ci": [16, 8], "reorder": "ci.ci.kh.kw",
+        "acc_rows": 1, "vec": "co", "unroll_tile": 1, "auto_unroll_max_step": 64, "parallel": "co.oh"}))
+    from toolkit.templates import tir_features
+
+    f = tir_features.extract(tir_features.lower(t.schedule(config), t.target()))
+    assert f["main_vector_width"] == 16                  # the channel block
+    assert f["parallel_extent"] >= 8 * 28                # co outer x oh outer (and the padding loop)
+    assert f["alloc_bytes_local"] == 16 * 14 * 4         # the register accumulator tile
+    assert f["alloc_bytes_global"] == 128 * 30 * 30 * 4  # the padded input
+    assert f["auto_unroll_max_step"] == 64 and f["unroll_product"] >= 14
+
+
+def test_build_runs_in_a_worker_process():
+    t = CPUConv2dTemplate(SMALL[2], LOCAL)
+    config = t.space().get(5)
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        art = pool.submit(t.build, config).result(timeout=120)
+    assert art.kind == "tvm-library" and art.payload[:4] == b"\x7fELF" and art.build_s > 0

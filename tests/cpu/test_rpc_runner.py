@@ -1,0 +1,175 @@
+"""RPC tracker/server processes and the RPC runner, against a real TVM tracker and servers on loopback."""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from toolkit.boards import load_profile, resolve_board
+from toolkit.errors import BoardError
+from toolkit.rpc.tracker import ensure_local_rpc, start_server, start_tracker, tracker_summary
+from toolkit.templates.cpu import CPUConv2dTemplate
+from toolkit.tuning.measure_result import ErrorClass
+from toolkit.tuning.rpc_runner import RPCRunner
+from toolkit.tuning.runner import MeasureOptions
+from toolkit.workloads import parse_workload
+
+WL = parse_workload("conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1")
+
+
+@pytest.fixture(scope="module")
+def tracker():
+    with start_tracker() as t:
+        yield t
+
+
+@pytest.fixture(scope="module")
+def server(tracker):
+    with start_server(tracker.address, key="measure") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def template():
+    return CPUConv2dTemplate(WL, load_profile("local"))
+
+
+@pytest.fixture(scope="module")
+def items(template):
+    space = template.space()
+    return [(space.get(i), template.build(space.get(i))) for i in space.sample(3, np.random.default_rng(5))]
+
+
+def _group_alive(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes of a process group."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def test_server_registers_under_its_key_on_loopback(tracker, server):
+    host, port = tracker.address
+    assert host == "127.0.0.1" and server.host == "127.0.0.1"
+    info = tracker_summary(host, port)
+    assert {"key": "server:measure", "addr": ["127.0.0.1", server.port]} in info["server_info"]
+
+
+def test_runner_measures_and_checks_against_numpy(tracker, server, template, items):
+    runner = RPCRunner(*tracker.address, "measure")
+    results = runner.run(template, items, MeasureOptions(number=2, repeat=3))
+    assert [r.index for r in results] == [c.index for c, _ in items]
+    for r, (c, art) in zip(results, items):
+        assert r.valid, r.message
+        assert len(r.costs) == 3 and all(0 < x < 1 for x in r.costs)
+        assert r.config == c.values and r.features == art.features
+
+
+class _WrongReference(CPUConv2dTemplate):
+    """The real template with a reference that is off by one."""
+
+    def reference(self, inputs):
+        return super().reference(inputs) + 1.0
+
+
+def test_wrong_output_is_a_wrong_answer(tracker, server, items):
+    runner = RPCRunner(*tracker.address, "measure")
+    (r,) = runner.run(_WrongReference(WL, load_profile("local")), items[:1], MeasureOptions())
+    assert r.error == ErrorClass.WRONG_ANSWER and not r.costs and "differ from the reference" in r.message
+
+
+def test_a_corrupt_library_is_a_runtime_error(tracker, server, template, items):
+    config, art = items[0]
+    broken = type(art)(index=art.index, kind=art.kind, payload=b"\x7fELF not really a library")
+    (r,) = RPCRunner(*tracker.address, "measure").run(template, [(config, broken)], MeasureOptions())
+    assert r.error == ErrorClass.RUNTIME_ERROR and not r.costs and r.message
+
+
+def test_a_run_longer_than_its_timeout_is_a_timeout(tracker, server, template, items):
+    # the server ends the abandoned session after session_timeout, freeing the board
+    runner = RPCRunner(*tracker.address, "measure", session_timeout=3)
+    (r,) = runner.run(template, items[:1], MeasureOptions(number=1, repeat=50, min_repeat_ms=100, timeout_s=0.5))
+    assert r.error == ErrorClass.TIMEOUT and not r.costs and "within 0 s" not in r.message
+    (again,) = RPCRunner(*tracker.address, "measure").run(template, items[:1], MeasureOptions())
+    assert again.valid
+
+
+def test_server_killed_mid_measurement_is_waited_for_and_measured_again(tracker, template, items):
+    server = start_server(tracker.address, key="flaky")
+    runner = RPCRunner(*tracker.address, "flaky", wait_timeout_s=60)
+    host, port = tracker.address
+    replacement = {}
+
+    def kill_when_busy():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:       # a session is in use: the server is no longer free
+            q = tracker_summary(host, port)["queue_info"].get("flaky", {})
+            if q.get("free", 1) == 0:
+                break
+            time.sleep(0.02)
+        os.killpg(server.pid, signal.SIGKILL)
+        time.sleep(1.0)
+        replacement["server"] = start_server(tracker.address, key="flaky", wait=None)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    try:
+        # long enough per item (>= 3 x 150 ms) that the kill lands inside a measurement
+        results = runner.run(template, items[:2], MeasureOptions(number=1, repeat=3, min_repeat_ms=150))
+    finally:
+        killer.join()
+        server.stop()
+        replacement["server"].stop()
+    assert runner.lost_sessions >= 1
+    assert all(r.valid and len(r.costs) == 3 for r in results), [r.message for r in results]
+
+
+def test_a_board_that_never_comes_back_is_board_lost(tracker, template, items):
+    runner = RPCRunner(*tracker.address, "gone", wait_timeout_s=2)
+    (r,) = runner.run(template, items[:1], MeasureOptions())
+    assert r.error == ErrorClass.BOARD_LOST and not r.costs and "did not come back" in r.message
+
+
+def test_direct_mode_measures_one_server_and_stop_frees_everything(template, items):
+    server = start_server(None)
+    runner = RPCRunner.direct(f"{server.address[0]}:{server.address[1]}")
+    (r,) = runner.run(template, items[:1], MeasureOptions(repeat=2))
+    assert r.valid and len(r.costs) == 2
+    assert _group_alive(server.pid)
+    server.stop()
+    assert not _group_alive(server.pid)          # the server and its forked workers are gone
+    with socket.socket() as s:                   # and its port is free again
+        s.bind(("127.0.0.1", server.port))
+
+
+@pytest.mark.slow
+def test_short_tune_on_the_local_board_shares_one_loopback_tracker_and_server(tmp_path):
+    from toolkit.tuning.loop import tune
+    from toolkit.tuning.measure import LocalBuilder
+    from toolkit.tuning.task import Task
+    from toolkit.tuning.tuners.base import make_tuner
+
+    host, port, stop = ensure_local_rpc("local")        # the tune's runner reuses these processes
+    try:
+        assert host == "127.0.0.1" and tracker_summary(host, port)["queue_info"]["local"]["free"] == 1
+        task = Task.create(WL, resolve_board("local"))
+        summary = tune(task, make_tuner("xgb", seed=0, plan_size=4), 8, log=tmp_path / "local.jsonl",
+                       builder=LocalBuilder(n_parallel=1, timeout_s=120),
+                       measure_options=MeasureOptions(number=2, repeat=2))
+        assert summary.trials == 8 and summary.valid >= 6
+        assert 0 < summary.best_seconds < 1 and summary.best_gops > 0
+        # the runner released its use; ours keeps the tracker and server up
+        assert tracker_summary(host, port)["queue_info"]["local"]["free"] == 1
+    finally:
+        stop()
+    with pytest.raises(BoardError, match="cannot reach the RPC tracker"):
+        tracker_summary(host, port)

@@ -1,0 +1,125 @@
+"""Whole-network tuning on vta-fsim: one log for all tasks, the end table's total, resume after SIGKILL."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from toolkit.boards import resolve_board
+from toolkit.errors import LogError
+from toolkit.extract import extract
+from toolkit.networks import plan_tasks
+from toolkit.tuning.network import tune_network
+from toolkit.tuning.records import read_log
+from toolkit.tuning.scheduler import GradientScheduler, RoundRobinScheduler
+from toolkit.workloads import Conv2dWorkload
+
+EDGETUNE = str(Path(sys.executable).parent / "edgetune")
+
+TINY = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 16, 3, 2, 1)
+            self.a1 = nn.Conv2d(16, 16, 3, padding=1)
+            self.a2 = nn.Conv2d(16, 16, 3, padding=1)
+            self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16)
+            self.down = nn.Conv2d(16, 32, 1, stride=2)
+
+        def forward(self, x):
+            x = self.stem(x)
+            x = self.a2(torch.relu(self.a1(x)))
+            return self.down(self.dw(x))
+
+    def make():
+        return Tiny()
+""")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "tiny.py"
+    path.write_text(TINY)
+    return path
+
+
+def _per_task(log):
+    header, records = read_log(log)
+    by_wl = defaultdict(list)
+    for r in records:
+        by_wl[Conv2dWorkload.from_dict(r.workload)].append(r)
+    return header, records, by_wl
+
+
+def test_network_tune_api_one_log(tiny, tmp_path):
+    plan = plan_tasks(extract(f"{tiny}:make", (1, 3, 32, 32)).network, "vta")
+    assert [t.count for t in plan.tasks] == [2, 1]                # a1 + a2 merged; stem on CPU; dw skipped
+    log = tmp_path / "net.jsonl"
+    s = tune_network(plan, resolve_board("vta-fsim"), "random", 32, log=log,
+                     scheduler=RoundRobinScheduler(trials_per_round=8))
+    assert [t.trials for t in s.tasks] == [16, 16]
+    header, records, by_wl = _per_task(log)
+    assert header.task["network"] == "make" and len(records) == 32 and len(by_wl) == 2
+    for t, p in zip(s.tasks, plan.tasks):
+        assert t.best_seconds == min(r.seconds for r in by_wl[p.workload])
+    assert s.total_seconds == pytest.approx(2 * s.tasks[0].best_seconds + s.tasks[1].best_seconds)
+    assert s.curve[-1] == (32, s.total_seconds)
+    with pytest.raises(LogError, match="already exists"):
+        tune_network(plan, resolve_board("vta-fsim"), "random", 40, log=log, scheduler=GradientScheduler())
+    more = tune_network(plan, resolve_board("vta-fsim"), "random", 40, log=log, resume=True,
+                        scheduler=GradientScheduler(trials_per_round=8))
+    assert (more.resumed, more.trials) == (32, 40)
+    _, records, by_wl = _per_task(log)
+    assert all(len({r.index for r in rs}) == len(rs) for rs in by_wl.values())   # nothing measured twice
+
+
+@pytest.mark.slow
+def test_cli_network_tune_resumes_after_sigkill(tiny, tmp_path):
+    log = tmp_path / "tiny.jsonl"
+    cmd = [EDGETUNE, "tune", "--board", "vta-fsim", "--model", f"{tiny}:make", "--input-shape", "1,3,32,32",
+           "--trials", "150", "--tuner", "random", "--round-trials", "8", "--log", str(log)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        while proc.poll() is None and (not log.exists() or log.read_bytes().count(b"\n") < 13):
+            time.sleep(0.02)
+        assert proc.poll() is None, f"finished before the kill: {proc.stderr.read().decode()[-500:]}"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    _, before, _ = _per_task(log)
+    assert 12 <= len(before) < 150
+    r = subprocess.run(cmd + ["--resume", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
+    assert summary["trials"] == 150 and summary["resumed"] == len(before)
+    _, records, by_wl = _per_task(log)
+    assert len(records) == 150
+    assert [r.index for r in records[:len(before)]] == [r.index for r in before]      # kept as written
+    for task in summary["tasks"]:
+        rs = by_wl[Conv2dWorkload.from_dict(_spec_dict(task["spec"]))]
+        assert len({r.index for r in rs}) == len(rs) == task["trials"]
+        assert task["best_seconds"] == min(r.seconds for r in rs)
+    total = sum(t["best_seconds"] * t["count"] for t in summary["tasks"])
+    assert math.isclose(summary["total_seconds"], total)
+    assert {s["layer"] for s in summary["skipped"]} == {"make.L1", "make.L3"}
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def _spec_dict(spec):
+    from toolkit.workloads import parse_workload
+
+    return parse_workload(spec).to_dict()

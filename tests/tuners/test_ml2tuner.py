@@ -1,0 +1,123 @@
+"""ml2tuner and chameleon-ml2: the tuner contract, and what the validity/compile levels buy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from toolkit.testing.conformance import TunerConformance, drive, synthetic_measure
+from toolkit.tuning.measure_result import ErrorClass, MeasureResult
+from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.tuners.base import TuningContext, make_tuner
+from toolkit.tuning.tuners.ml2tuner import ML2Tuner
+
+
+def synthetic_compile(space: ConfigSpace, indices) -> list[dict[str, float] | MeasureResult]:
+    """Compile-time features of any space: per split knob its inner factor and the product of them.
+
+    A config the conformance objective calls a "buffer overflow" (``x`` inner * ``u`` > 32) fails
+    to compile here, as a VTA SRAM overflow fails in the compiler."""
+    out: list[dict[str, float] | MeasureResult] = []
+    for i in indices:
+        cfg = space.get(int(i))
+        inner = {k: float(v[-1]) for k, v in cfg.values.items() if isinstance(v, list)}
+        if "x" in cfg.values and "u" in cfg.values and cfg["x"][1] * cfg["u"] > 32:
+            out.append(MeasureResult(int(i), cfg.values, error=ErrorClass.COMPILE_ERROR, message="overflow"))
+            continue
+        out.append({**{f"inner.{k}": v for k, v in inner.items()}, "footprint": float(np.prod(list(inner.values())))})
+    return out
+
+
+def with_compiler(tuner: ML2Tuner) -> ML2Tuner:
+    """Give the tuner a ``compile_features`` over whatever space the conformance suite drives it on."""
+    setup = tuner.setup
+
+    def patched(ctx: TuningContext) -> None:
+        if ctx.compile_features is None:
+            ctx = dataclasses.replace(ctx, compile_features=lambda idx: synthetic_compile(ctx.space, idx))
+        setup(ctx)
+
+    tuner.setup = patched  # type: ignore[method-assign]
+    return tuner
+
+
+FAST = {"sa_chains": 32, "sa_steps": 100, "max_rounds": 100}
+"""Smaller annealing and boosting budgets: the suite checks the contract, not search quality."""
+
+
+class TestML2Tuner(TunerConformance):
+    tuner_factory = staticmethod(lambda seed: with_compiler(ML2Tuner(seed=seed, plan_size=16, alpha=3, **FAST)))
+
+
+class TestML2TunerWithoutCompiler(TunerConformance):
+    """No compile_features (a task that cannot compile ahead): ModelV alone, ModelP ranks."""
+
+    tuner_factory = staticmethod(lambda seed: ML2Tuner(seed=seed, plan_size=16, alpha=1, **FAST))
+
+
+def planted_space() -> ConfigSpace:
+    """3 split knobs and a thread knob: 7 * 10 * 9 * 2 = 1260 configs."""
+    return ConfigSpace([SplitKnob("a", 64, 2), SplitKnob("b", 48, 2), SplitKnob("c", 36, 2),
+                        CategoricalKnob("t", [1, 2])])
+
+
+def planted_compile(space: ConfigSpace, indices) -> list[dict[str, float] | MeasureResult]:
+    """Compile fails when a_inner * b_inner * t > 128 (an SRAM bound the compiler checks)."""
+    out: list[dict[str, float] | MeasureResult] = []
+    for i in indices:
+        c = space.get(int(i))
+        if c["a"][1] * c["b"][1] * c["t"] > 128:
+            out.append(MeasureResult(int(i), c.values, error=ErrorClass.COMPILE_ERROR, message="sram"))
+        else:
+            out.append({"uops": float(c["c"][1] * c["t"] * 4), "tile": float(c["a"][1] * c["b"][1])})
+    return out
+
+
+def planted_measure(space: ConfigSpace, index: int) -> MeasureResult:
+    """A compile failure fails the build too; compiled configs with uops > 36 fail at run time
+    (a micro-op buffer only the board checks); the rest cost less for bigger tiles and fewer uops."""
+    c = space.get(index)
+    built = planted_compile(space, [index])[0]
+    if isinstance(built, MeasureResult):
+        return built
+    if built["uops"] > 36:
+        return MeasureResult(index, c.values, error=ErrorClass.RUNTIME_ERROR, message="uop overflow", features=built)
+    cost = 1e-3 * (1 + 64 / built["tile"] + built["uops"] / 16 + 0.1 * c["c"][0] / c["t"])
+    return MeasureResult(index, c.values, costs=[cost], features=built)
+
+
+def run_planted(tuner, n_trials: int = 160) -> list[MeasureResult]:
+    space = planted_space()
+    tuner.setup(TuningContext(space=space, compile_features=lambda idx: planted_compile(space, idx),
+                              extra={"flops": 1e9}))
+    out: list[MeasureResult] = []
+    while len(out) < n_trials:
+        results = [planted_measure(space, i) for i in tuner.propose(8)]
+        tuner.update(results)
+        out += results
+    return out
+
+
+def test_planted_invalid_region_is_avoided_after_a_few_rounds():
+    space = planted_space()
+    truth = [planted_measure(space, i) for i in range(space.size)]
+    assert 0.3 < np.mean([not r.valid for r in truth]) < 0.8          # an invalid-heavy space
+    ml2 = make_tuner("ml2tuner", seed=0, plan_size=16, alpha=3)
+    res = run_planted(ml2)
+    xgb = run_planted(make_tuner("xgb", seed=0, plan_size=16))
+    late = [r for r in res[64:] if not r.valid]
+    # compile failures never reach a trial: the compiler screened them for free
+    assert not any(r.error == ErrorClass.COMPILE_ERROR for r in res[16:])
+    assert ml2.stats()["compile_failed"] > 0
+    # after four rounds the runtime-invalid region is learnt too (ModelV / ModelA on the uop feature)
+    assert len(late) <= 6, [r.config for r in late]
+    assert sum(not r.valid for r in xgb) >= 3 * sum(not r.valid for r in res)
+    best = min(r.seconds for r in truth)
+    assert min(r.seconds for r in res) <= 1.05 * best
+
+
+class TestChameleonML2(TunerConformance):
+    tuner_factory = staticmethod(lambda seed: with_compiler(
+        make_tuner("chameleon-ml2", seed=seed, plan_size=16, alpha=3, episodes=8, max_steps=30, max_rounds=100)))

@@ -1,0 +1,106 @@
+"""``edgetune tune`` / ``edgetune tuners``: JSON output, errors, and crash safety under SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from toolkit.cli.app import app
+from toolkit.tuning.records import read_log
+
+runner = CliRunner()
+SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"     # 256 configs, ~30 ms a trial on the simulator
+
+
+def test_tune_json_summary(tmp_path):
+    log = tmp_path / "small.jsonl"
+    res = runner.invoke(app, ["tune", "--workload", SMALL, "--tuner", "ga", "--trials", "12",
+                              "--log", str(log), "--seed", "3", "--option", "pop_size=6", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["trials"] == 12 and out["log"] == str(log) and out["board"] == "vta-fsim"
+    assert set(out) >= {"best_config", "best_seconds", "best_gops", "trials", "invalid", "wall_s", "log"}
+    recs = read_log(log)[1]
+    assert len(recs) == 12 and out["invalid"] == sum(not r.valid for r in recs)
+    if out["best_seconds"] is not None:
+        assert out["best_gops"] == pytest.approx(2 * 14 * 14 * 32 * 32 * 9 / out["best_seconds"] / 1e9)
+        assert out["best_config"] == min((r for r in recs if r.valid), key=lambda r: r.seconds).config
+
+
+def test_tune_table_output_and_tvm_compat(tmp_path):
+    log = tmp_path / "small.jsonl"
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-t", "random", "-n", "4", "--log", str(log),
+                              "--tvm-compat"])
+    assert res.exit_code == 0, res.output
+    assert "tuning summary" in res.stdout and "best GOPS" in res.stdout
+    assert read_log(log)[0].task["template"]["tvm_compat"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tuner", "nope"], "unknown tuner 'nope'"),
+    (["--option", "plan_size"], "is not KEY=VALUE"),
+    (["--option", "warp=3"], "has no option(s) ['warp']"),
+    (["--option", "loss=huber"], "must be one of ['rank', 'reg']"),
+    (["--workload", "resnet18.C99"], "has no layer 'C99'"),
+])
+def test_bad_input_is_a_one_line_error(tmp_path, args, message):
+    base = ["tune", "--workload", SMALL, "--trials", "2", "--log", str(tmp_path / "x.jsonl")]
+    res = runner.invoke(app, base + args)
+    assert res.exit_code == 2
+    assert message in " ".join(res.output.split()) and "Traceback" not in res.output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_tuners_lists_option_tables():
+    res = runner.invoke(app, ["tuners", "--json"])
+    assert res.exit_code == 0
+    data = json.loads(res.stdout)
+    assert {"random", "grid", "ga", "xgb"} <= set(data)
+    assert data["xgb"]["options"]["plan_size"]["default"] == 64
+    assert data["xgb"]["options"]["loss"]["choices"] == ["rank", "reg"]
+    assert data["ga"]["options"]["pop_size"]["default"] == 100
+    res = runner.invoke(app, ["tuners"])
+    assert res.exit_code == 0 and "mutation_prob" in res.stdout
+
+
+def _count(log: Path) -> int:
+    try:
+        return max(0, log.read_bytes().count(b"\n") - 1)
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_loses_nothing_and_measures_nothing_twice(tmp_path):
+    log = tmp_path / "small.jsonl"
+    cmd = [sys.executable, "-m", "toolkit", "tune", "--workload", SMALL, "--tuner", "xgb",
+           "--option", "plan_size=16", "--trials", "120", "--log", str(log), "--seed", "5", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _count(log) < 30 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the tuning run finished before it could be killed; raise --trials"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    killed_at = log.read_bytes()
+    complete = killed_at[: killed_at.rfind(b"\n") + 1]
+    n_before = complete.count(b"\n") - 1
+    assert 30 <= n_before < 120
+
+    res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["trials"] == 120 and out["resumed"] == n_before
+    after = log.read_bytes()
+    assert after.startswith(complete), "a record written before the crash changed"
+    _, recs = read_log(log)
+    assert len(recs) == 120 and [r.trial for r in recs] == list(range(120))
+    assert len({r.index for r in recs}) == 120, "a config was measured twice"

@@ -1,0 +1,127 @@
+"""Tuning logs: round trip, merging, best per workload, corrupt and truncated files."""
+
+import json
+import warnings
+
+import pytest
+
+from toolkit.errors import LogError
+from toolkit.tuning.measure_result import ErrorClass, MeasureResult
+from toolkit.tuning.records import (
+    Journal, LogHeader, Record, TruncatedLogWarning, best_per_workload, load_records, read_log,
+)
+
+TASK = {"workload": {"n": 1, "h": 56, "name": "resnet18.C2"}, "board": "vta-fsim", "board_type": "vta-fsim",
+        "target": {"kind": "llvm"}, "template": {"template": "vta-conv2d", "bias": False}, "hw": {"LOG_BATCH": 0}}
+
+
+def _write(path, n, task=TASK, tuner="random", start=0):
+    with Journal(path, LogHeader(task)) as j:
+        for i in range(n):
+            res = MeasureResult(start + i, {"tile": [i, 1]}, costs=[1e-3 * (n - i)] if i % 3 else [],
+                                error=None if i % 3 else ErrorClass.INVALID_CONFIG, message="" if i % 3 else "acc",
+                                features={"f": float(i)})
+            j.append(Record.from_result(res, trial=start + i, tuner=tuner, task=task))
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    path = tmp_path / "a.jsonl"
+    _write(path, 5)
+    header, recs = read_log(path)
+    assert header.task == TASK and header.schema == 1 and header.tvm.startswith("0.27")
+    assert [r.index for r in recs] == [0, 1, 2, 3, 4]
+    assert recs[0].error == "invalid_config" and not recs[0].valid and recs[0].message == "acc"
+    assert recs[4].seconds == pytest.approx(1e-3) and recs[4].features == {"f": 4.0}
+    assert recs[4].to_result().seconds == pytest.approx(1e-3)
+    assert recs[0].to_result().error is ErrorClass.INVALID_CONFIG
+    assert recs[1].board == "vta-fsim" and recs[1].tuner == "random" and recs[1].template["template"] == "vta-conv2d"
+
+
+def test_every_line_is_on_disk_after_append(tmp_path):
+    path = tmp_path / "a.jsonl"
+    j = Journal(path, LogHeader(TASK))
+    j.open()
+    j.append(Record(workload=TASK["workload"], board="vta-fsim", tuner="x", trial=0, config={}, index=1))
+    assert len(path.read_text().splitlines()) == 2     # readable while the journal is still open
+    j.close()
+
+
+def test_truncated_last_line_is_skipped_with_a_warning_and_cut_on_reopen(tmp_path):
+    path = tmp_path / "a.jsonl"
+    _write(path, 4)
+    full = path.read_bytes()
+    path.write_bytes(full + b'{"workload": {"n": 1}, "boa')
+    with pytest.warns(TruncatedLogWarning, match=r"a.jsonl:6"):
+        _, recs = read_log(path)
+    assert len(recs) == 4
+    with pytest.warns(TruncatedLogWarning):
+        j = Journal(path, LogHeader(TASK))
+        assert len(j.open()) == 4
+    j.append(Record(workload={}, board="vta-fsim", tuner="x", trial=4, config={}, index=99))
+    j.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, recs = read_log(path)
+    assert [r.index for r in recs] == [0, 1, 2, 3, 99]
+    assert path.read_bytes().startswith(full)
+
+
+def test_corrupt_line_in_the_middle_is_an_error_naming_file_and_line(tmp_path):
+    path = tmp_path / "a.jsonl"
+    _write(path, 4)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = "{not json\n"
+    path.write_text("".join(lines))
+    with pytest.raises(LogError, match=r"a.jsonl:3: not valid JSON"):
+        read_log(path)
+    lines[2] = json.dumps({"workload": {}, "board": "b"}) + "\n"
+    path.write_text("".join(lines))
+    with pytest.raises(LogError, match=r"a.jsonl:3: record lacks tuner, trial, config"):
+        read_log(path)
+
+
+def test_bad_header_is_an_error(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"input": ["llvm"], "config": {}, "result": [[1.0], 0], "version": 0.2}\n')
+    with pytest.raises(LogError, match=r"a.jsonl:1: not an edgetune log header"):
+        read_log(path)
+    path.write_text(json.dumps({"edgetune_log": 99, "task": {}}) + "\n")
+    with pytest.raises(LogError, match="schema 99 is not supported"):
+        read_log(path)
+    path.write_text("")
+    with pytest.raises(LogError, match="empty tuning log"):
+        read_log(path)
+    with pytest.raises(LogError, match="does not exist"):
+        read_log(tmp_path / "missing.jsonl")
+
+
+def test_reopening_for_another_task_is_refused(tmp_path):
+    path = tmp_path / "a.jsonl"
+    _write(path, 2)
+    other = dict(TASK, board="pynq1", hw={"LOG_BATCH": 1})
+    with pytest.raises(LogError, match="belongs to another task .different board, hw"):
+        Journal(path, LogHeader(other)).open()
+    assert len(read_log(path)[1]) == 2
+
+
+def test_merge_and_best_per_workload(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write(a, 5)
+    other = dict(TASK, workload={"n": 1, "h": 7, "name": None})
+    _write(b, 3, task=other, start=100)
+    recs = load_records([a, b])
+    assert len(recs) == 8
+    best = best_per_workload(recs)
+    assert len(best) == 2
+    assert best[recs[0].workload_key].index == 4
+    assert best[recs[-1].workload_key].index == 102
+    assert best_per_workload(recs, board="elsewhere") == {}
+
+
+def test_foreign_records_with_free_form_config(tmp_path):
+    path = tmp_path / "ms.jsonl"
+    with Journal(path, LogHeader(dict(TASK, template={"template": "metaschedule"}))) as j:
+        j.append(Record(workload=TASK["workload"], board="local", tuner="metaschedule", trial=0,
+                        config={"trace": [["SampleTile", [4, 16]]], "hash": "abc"}, costs=[2e-4]))
+    _, [rec] = read_log(path)
+    assert rec.index is None and rec.config["hash"] == "abc" and rec.valid

@@ -1,0 +1,157 @@
+"""``edgetune tune`` (tune one workload on one board) and ``edgetune tuners`` (what tuners exist)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from toolkit import console
+from toolkit.boards import Inventory, resolve_board
+from toolkit.cli.app import app
+from toolkit.cli.options import InventoryOpt, JsonOpt
+from toolkit.errors import ConfigError
+from toolkit.tuning.loop import TuneSummary, default_log_path, tune as run_tune
+from toolkit.tuning.measure import make_runner
+from toolkit.tuning.runner import MeasureOptions
+from toolkit.tuning.space import ConfigSpace
+from toolkit.tuning.task import Task
+from toolkit.tuning.tuners.base import make_tuner, tuner_classes
+from toolkit.workloads import parse_workload
+
+
+def parse_options(items: list[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; :class:`ConfigError` for an item without ``=``."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--option {item!r} is not KEY=VALUE (e.g. --option plan_size=32)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _fmt_seconds(s: float | None) -> str:
+    return "-" if s is None or not math.isfinite(s) else f"{s * 1e3:.4f} ms"
+
+
+def _status(s: TuneSummary) -> str:
+    return (f"valid {s.valid} invalid {s.invalid}  best {_fmt_seconds(s.best_seconds)} "
+            f"{s.best_gops:.2f} GOPS")
+
+
+@app.command("tune", rich_help_panel="Tune")
+def tune(
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials in all (a resumed log's count too).")],
+    workload: Annotated[Optional[str], typer.Option(
+        "--workload", "-w", help="Workload: a named layer (resnet18.C2) or a spec.")] = None,
+    board: Annotated[str, typer.Option("--board", "-b", help="Board name (registered, or vta-fsim / local).")]
+    = "vta-fsim",
+    tuner: Annotated[str, typer.Option("--tuner", "-t", help="Tuner name; see `edgetune tuners`.")] = "xgb",
+    log: Annotated[Optional[Path], typer.Option(help="Tuning log (default edgetune-logs/<board>/<workload>.jsonl).")]
+    = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an existing log; measured configs are skipped.")]
+    = False,
+    seed: Annotated[int, typer.Option(help="Random seed of the tuner.")] = 0,
+    early_stopping: Annotated[Optional[int], typer.Option(
+        "--early-stopping", min=1, help="Stop after this many trials without a better config.")] = None,
+    option: Annotated[Optional[list[str]], typer.Option(
+        "--option", "-o", help="Tuner option KEY=VALUE; repeat for several (see `edgetune tuners`).")] = None,
+    tvm_compat: Annotated[bool, typer.Option(
+        "--tvm-compat", help="VTA: emit TVM v0.18's exact instruction stream.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check/--no-check", help="Check each config's output against the reference (slower).")] = False,
+    tracker: Annotated[Optional[str], typer.Option(
+        help="RPC tracker HOST:PORT for boards measured over RPC (default: where the board was provisioned).")]
+    = None,
+    inventory: InventoryOpt = None,
+    json: JsonOpt = False,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", "-m", help="Tune a whole network instead of --workload: a built-in network (resnet18; see "
+                              "`edgetune workloads networks`) or a PyTorch model (.pt2, TorchScript, module:factory).",
+        rich_help_panel="Whole network")] = None,
+    scheduler: Annotated[str, typer.Option(
+        help="--model: task scheduler, gradient (Ansor) or round-robin.", rich_help_panel="Whole network")]
+    = "gradient",
+    round_trials: Annotated[int, typer.Option(
+        "--round-trials", min=1, help="--model: trials per scheduler round.", rich_help_panel="Whole network")] = 32,
+    input_shape: Annotated[str, typer.Option(
+        "--input-shape", help="--model: input N,C,H,W of a PyTorch model.", rich_help_panel="Whole network")]
+    = "1,3,224,224",
+    first_conv: Annotated[str, typer.Option(
+        "--first-conv", help="--model on VTA: 'cpu' leaves the first conv on the CPU (as TVM), 'pad' pads it to "
+                             "16 channels.", rich_help_panel="Whole network")] = "cpu",
+) -> None:
+    """Tune one conv2d workload (or, with --model, a whole network) on one board; every trial is logged."""
+    if (workload is None) == (model is None):
+        raise ConfigError("give --workload (one layer) or --model (a whole network), exactly one of them")
+    brd = resolve_board(board, Inventory(inventory) if inventory else None)
+    template_options = {"tvm_compat": True} if tvm_compat else {}
+    if model is not None:
+        from toolkit.cli.tune_network import tune_model
+
+        return tune_model(model=model, board=brd, trials=trials, tuner=tuner, tuner_options=parse_options(option),
+                          scheduler=scheduler, round_trials=round_trials, input_shape=input_shape,
+                          first_conv=first_conv, log=log, resume=resume, seed=seed,
+                          template_options=template_options, check=check, json=json)
+    wl = parse_workload(workload)
+    tuner_obj = make_tuner(tuner, seed=seed, **parse_options(option))
+    task = Task.create(wl, brd, **template_options)
+    log_path = log or default_log_path(task)
+    runner = make_runner(brd, **({"tracker": tracker} if tracker and not brd.profile.is_simulator else {}))
+    with console.progress() as bar:
+        bar_id = bar.add_task(f"{tuner} {wl.label}", total=trials, status="")
+
+        def on_batch(summary: TuneSummary, results) -> None:
+            bar.update(bar_id, completed=summary.trials, status=_status(summary))
+
+        try:
+            summary = run_tune(task, tuner_obj, trials, log=log_path, resume=resume, early_stopping=early_stopping,
+                               runner=runner, measure_options=MeasureOptions(check=check), callback=on_batch)
+        finally:
+            runner.close()
+        bar.update(bar_id, completed=summary.trials, status=_status(summary))
+    if json:
+        console.print_json({
+            "workload": summary.workload, "board": summary.board, "tuner": summary.tuner,
+            "best_config": summary.best_config, "best_index": summary.best_index,
+            "best_seconds": summary.best_seconds if math.isfinite(summary.best_seconds) else None,
+            "best_gops": summary.best_gops, "trials": summary.trials, "invalid": summary.invalid,
+            "resumed": summary.resumed, "stopped": summary.stopped, "wall_s": summary.wall_s,
+            "tuner_s": summary.tuner_s, "errors": summary.errors, "log": str(log_path),
+        })
+        return
+    rows = [
+        ("workload", f"{summary.workload} ({wl.spec()})"), ("board", summary.board), ("tuner", summary.tuner),
+        ("trials", f"{summary.trials} ({summary.resumed} resumed, stopped: {summary.stopped})"),
+        ("valid / invalid", f"{summary.valid} / {summary.invalid}"),
+        ("errors", ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) or "-"),
+        ("best latency", _fmt_seconds(summary.best_seconds)), ("best GOPS", f"{summary.best_gops:.3f}"),
+        ("best config", f"#{summary.best_index} {ConfigSpace.format(summary.best_config)}"
+         if summary.best_config else "-"),
+        ("wall / tuner time", f"{summary.wall_s:.1f} s / {summary.tuner_s:.1f} s"), ("log", str(log_path)),
+    ]
+    console.table("tuning summary", ["", "value"], rows)
+    if summary.valid == 0:
+        console.warn(f"no valid config in {summary.trials} trials; see the errors in {log_path}")
+
+
+@app.command("tuners", rich_help_panel="Tune")
+def tuners(json: JsonOpt = False) -> None:
+    """List the tuners and their options (pass options with `edgetune tune --option KEY=VALUE`)."""
+    data = {
+        name: {"doc": (cls.__doc__ or "").strip().splitlines()[0],
+               "options": {k: {"default": o.default, "type": o.type.__name__, "doc": o.doc,
+                               **({"choices": list(o.choices)} if o.choices else {})}
+                           for k, o in cls.options.items()}}
+        for name, cls in tuner_classes().items()
+    }
+    if json:
+        console.print_json(data)
+        return
+    for name, d in data.items():
+        rows = [(k, o["type"], o["default"], o["doc"] + (f" (one of {o['choices']})" if "choices" in o else ""))
+                for k, o in d["options"].items()] or [("(no options)", "", "", "")]
+        console.table(f"{name}: {d['doc']}", ["option", "type", "default", "description"], rows)

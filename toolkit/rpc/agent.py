@@ -1,0 +1,189 @@
+"""The board agent: a TVM RPC server registered with a tracker, plus edgetune's global functions.
+
+Run on a board (``edgetune board provision`` starts it)::
+
+    python -m toolkit.rpc.agent --tracker 127.0.0.1:9190 --key pynq --executor fpga \
+        --bitstream ~/.edgetune/bitstreams/1x16_i8w8a32_15_15_18_17.bit
+
+Functions a client reaches with ``remote.get_function(NAME)``:
+
+- ``edgetune.health() -> str``: JSON ``{"ok", "name", "key", "executor", "pid"}``.
+- ``edgetune.board_info() -> str``: JSON with architecture, cores, memory, Python and TVM versions.
+- ``edgetune.vta.program_fpga(bitstream) -> str``: load a bitstream (a path on the board, or its bytes).
+- ``edgetune.vta.run(program, inputs, repeat) -> bytes``: run a VTA program (``Program.to_bytes()``)
+  with inputs (an ``.npz``) ``repeat`` times; returns an ``.npz`` of outputs plus ``__seconds__``
+  (one entry per run), ``__counters__`` (JSON) and ``__board__``; a failing program returns
+  ``__error__`` (its message) instead, so a raised RPC error always means a lost board.
+  The executor is the FPGA driver on Pynq-class boards and the simulator on ``vta-fsim`` boards.
+
+This module only needs the standard library, numpy and TVM on the board (plus the VTA simulator
+modules for ``--executor fsim`` and ``pynq`` for ``--executor fpga``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("edgetune.agent")
+
+_SETTINGS: dict[str, Any] = {}
+_EXECUTOR: list[Any] = []
+
+
+def _executor() -> Any:
+    """The VTA executor of this agent (created on first use, kept per process)."""
+    if not _EXECUTOR:
+        from toolkit.rpc.driver import make_executor
+
+        _EXECUTOR.append(make_executor(_SETTINGS["executor"], bitstream=_SETTINGS.get("bitstream"),
+                                       config=_SETTINGS.get("vta_config")))
+    return _EXECUTOR[0]
+
+
+def health() -> str:
+    """Liveness: who answers and with which executor."""
+    return json.dumps({"ok": True, "name": _SETTINGS.get("name"), "key": _SETTINGS.get("key"),
+                       "executor": _SETTINGS.get("executor"), "pid": os.getpid(), "time": time.time()})
+
+
+def board_info() -> str:
+    """Architecture, OS, cores, memory, Python and TVM versions of the board."""
+    import tvm
+
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    return json.dumps({"arch": platform.machine(), "os": platform.platform(), "cores": os.cpu_count(),
+                       "mem_mb": mem_kb // 1024, "python": platform.python_version(), "tvm": tvm.__version__,
+                       "executor": _SETTINGS.get("executor"), "name": _SETTINGS.get("name")})
+
+
+def program_fpga(bitstream: Any) -> str:
+    """Load a bitstream given as a path on the board or as its bytes; returns the loaded path."""
+    data = bytes(bitstream) if not isinstance(bitstream, str) else None
+    path = bitstream if isinstance(bitstream, str) else None
+    if data is not None:
+        path = str(Path(_SETTINGS.get("workdir", ".")) / "uploaded.bit")
+        Path(path).write_bytes(data)
+    _executor().program(path)
+    return str(path)
+
+
+def vta_run(program: Any, inputs: Any, repeat: int = 1) -> bytearray:
+    """Run a VTA program ``repeat`` times; outputs, per-run seconds and counters as ``.npz`` bytes."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    board = np.frombuffer(str(_SETTINGS.get("name")).encode(), dtype=np.uint8)
+    try:
+        arrays = dict(np.load(io.BytesIO(bytes(inputs)), allow_pickle=False)) if len(bytes(inputs)) else {}
+        result = _executor().run(bytes(program), arrays, max(1, int(repeat)))
+    except Exception as exc:  # noqa: BLE001 - a failing program is a result, not a lost board
+        message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        np.savez(buf, __error__=np.frombuffer(message.encode(), dtype=np.uint8), __board__=board)
+        return bytearray(buf.getvalue())
+    np.savez(buf, __seconds__=np.asarray(result.seconds, dtype="float64"), __board__=board,
+             __counters__=np.frombuffer(json.dumps(result.counters).encode(), dtype=np.uint8),
+             **{k: np.asarray(v) for k, v in result.outputs.items()})
+    return bytearray(buf.getvalue())
+
+
+def register_functions() -> None:
+    """Register edgetune's global functions in this process (inherited by TVM's session workers)."""
+    import tvm
+
+    for name, fn in (("edgetune.health", health), ("edgetune.board_info", board_info),
+                     ("edgetune.vta.program_fpga", program_fpga), ("edgetune.vta.run", vta_run)):
+        tvm.register_global_func(name, fn, override=True)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1)
+    return sock
+
+
+def serve(args: argparse.Namespace) -> None:
+    """Register functions, bind, write the state file, then serve the tracker forever."""
+    from tvm.rpc import server as rpc_server
+
+    _SETTINGS.update(name=args.name, key=args.key, executor=args.executor, bitstream=args.bitstream,
+                     vta_config=args.vta_config, workdir=os.getcwd())
+    register_functions()
+    if args.executor in ("fsim", "fpga"):
+        import toolkit.rpc.driver  # noqa: F401 - imported once here, inherited by every forked session
+        import toolkit.vta.program  # noqa: F401
+        import toolkit.vta.sim  # noqa: F401
+    if args.executor == "fpga" and args.bitstream:
+        _executor()  # loads the bitstream once, at start
+        _EXECUTOR.clear()  # each forked session reopens the MMIO mapping ...
+        _SETTINGS["bitstream"] = None  # ... without reloading the bitstream
+    sock = _bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    host, tport = args.tracker.rsplit(":", 1)
+    report_port = args.report_port or port
+    if args.state_file:
+        Path(args.state_file).write_text(json.dumps({
+            "pid": os.getpid(), "host": args.host, "port": port, "report_port": report_port,
+            "report_host": args.report_host, "key": args.key, "tracker": args.tracker,
+            "executor": args.executor, "name": args.name}))
+    log.info("agent %s: key %s, executor %s, bind to %s:%d, tracker %s", args.name, args.key, args.executor,
+             args.host, port, args.tracker)
+    # TVM's own server loop (register with the tracker, accept, fork a session per client); the
+    # reported port differs from the bound one when the board is reached through an SSH tunnel.
+    while True:
+        try:
+            rpc_server._listen_loop(sock, report_port, args.key, (host, int(tport)), None, args.report_host)
+        except (RuntimeError, OSError, AssertionError) as exc:  # tracker (or its tunnel) gone: keep retrying
+            log.warning("tracker %s unreachable (%s); retrying in 2 s", args.tracker, exc)
+            time.sleep(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m toolkit.rpc.agent", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tracker", required=True, help="tracker HOST:PORT as the board reaches it")
+    p.add_argument("--key", required=True, help="RPC key to register under")
+    p.add_argument("--executor", choices=("tvm", "fsim", "fpga"), default="tvm")
+    p.add_argument("--name", default=socket.gethostname(), help="board name reported by edgetune.health")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback unless exposed)")
+    p.add_argument("--port", type=int, default=0, help="bind port (0: any free port)")
+    p.add_argument("--report-host", default=None, help="address the tracker hands to clients")
+    p.add_argument("--report-port", type=int, default=0, help="port the tracker hands to clients")
+    p.add_argument("--bitstream", default=None, help="bitstream to load at start (fpga)")
+    p.add_argument("--vta-config", default=None, help="VTA hardware config name or JSON (fsim/fpga)")
+    p.add_argument("--pid-file", default=None)
+    p.add_argument("--state-file", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: detach into its own process group, write the pid file, serve."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    if os.getpid() != os.getpgid(0):
+        os.setsid()  # own process group: `board stop` kills the agent and its session workers at once
+    if args.pid_file:
+        Path(args.pid_file).write_text(str(os.getpid()))
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    serve(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,464 @@
+"""Provisioning a board over SSH: a per-board plan of check-before-do steps, run or printed.
+
+The plan (from the board's profile and :class:`ProvisionOptions`):
+
+1. make the remote directory (``~/.edgetune`` by default);
+2. upload the agent (the subset of edgetune's ``toolkit`` package it imports);
+3. a Python environment: a virtualenv (``--system-site-packages`` reuses the board's packages), or an
+   existing interpreter given with ``--python`` that already has the TVM runtime;
+4. the TVM runtime: the profile's wheel (aarch64/x86_64), built on the board as TVM's VTA guide does
+   (armv7 Pynq), or uploaded from ``--runtime-path``;
+5. FPGA boards: upload the bitstream matching the profile's VTA config (refused on a mismatch);
+6. start the agent detached (own process group, pid file, log) registered with the tracker under
+   the board's RPC key;
+7. verify: the tracker lists it and it answers ``edgetune.health``.
+
+Each step has a check command; a step whose check passes is skipped, so a second run changes nothing.
+
+>>> from toolkit.boards import BoardEntry
+>>> plan = make_plan(BoardEntry("rpi", "rpi4", host="rpi"), ProvisionOptions(tracker=("127.0.0.1", 9190)))
+>>> [s.name for s in plan.steps][:3]
+['remote directory', 'upload agent', 'virtualenv']
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import shlex
+import tarfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from toolkit import bitstreams
+from toolkit.boards import BoardEntry
+from toolkit.errors import BoardError
+from toolkit.rpc.ssh import SSHSession, quote
+from toolkit.rpc.state import read_state, remove_state, write_state
+
+DEFAULT_REMOTE_DIR = "~/.edgetune"
+DEFAULT_RUNTIME = "apache-tvm==0.27.0.post1"
+RUNTIME_DEPS = ("apache-tvm-ffi==0.1.14.post1", "numpy", "tornado", "psutil", "cloudpickle")
+TVM_GIT = "https://github.com/apache/tvm"
+TVM_TAG = "v0.27.0"
+_PKG_ROOT = Path(__file__).resolve().parent.parent
+AGENT_FILES = ("__init__.py", "errors.py", "rpc/__init__.py", "rpc/agent.py", "rpc/driver.py")
+AGENT_PACKAGES = ("vta",)
+"""What the agent imports from ``toolkit`` (relative to the package): files and whole subpackages."""
+
+
+@dataclass
+class ProvisionOptions:
+    """How to provision a board.
+
+    ``tracker`` is the tracker's address from here; ``board_tracker`` as the board reaches it (default
+    the same; through an SSH tunnel it is the tunnel's end on the board). ``python``: use this interpreter on
+    the board (it must already import TVM) instead of a virtualenv. ``system_site_packages``: the
+    virtualenv sees the board's system packages (no download when they are there).
+    ``runtime_path``: a local TVM runtime to upload (a ``.whl``, or a directory with ``python/`` and
+    ``build/libtvm_runtime.so``) instead of installing or building one. ``expose``: bind the agent to
+    all interfaces (default loopback: clients reach it on the board itself or through a tunnel).
+    """
+
+    tracker: tuple[str, int]
+    board_tracker: tuple[str, int] | None = None
+    remote_dir: str = DEFAULT_REMOTE_DIR
+    python: str | None = None
+    system_site_packages: bool = False
+    runtime_path: Path | None = None
+    expose: bool = False
+    report_host: str | None = None
+    report_port: int = 0
+    verify_timeout_s: float = 60.0
+
+
+@dataclass
+class Step:
+    """One idempotent step: skipped when ``check`` exits 0; ``upload`` is ``(bytes, remote path)``."""
+
+    name: str
+    command: str | None = None
+    check: str | None = None
+    upload: tuple[bytes, str] | None = None
+    local: Callable[[SSHSession], str] | None = None
+    note: str = ""
+
+    def describe(self) -> list[str]:
+        """Lines printed by ``--dry-run``."""
+        lines = [f"# {self.name}" + (f"  ({self.note})" if self.note else "")]
+        if self.check:
+            lines.append(f"  check: {self.check}")
+        if self.upload:
+            lines.append(f"  upload: {len(self.upload[0])} bytes -> {self.upload[1]}")
+        if self.command:
+            lines.append(f"  run:   {self.command}")
+        if self.local:
+            lines.append("  local: " + (self.local.__doc__ or self.name).strip().splitlines()[0])
+        return lines
+
+
+@dataclass
+class Plan:
+    """Steps for one board, plus where things live on it."""
+
+    board: str
+    steps: list[Step]
+    remote_dir: str
+    python: str
+    agent_dir: str
+    state: dict = field(default_factory=dict)
+
+    def describe(self) -> list[str]:
+        """Every command, in order."""
+        return [line for s in self.steps for line in s.describe()]
+
+
+@lru_cache(maxsize=1)
+def agent_bundle() -> tuple[bytes, str]:
+    """A reproducible ``.tar.gz`` of the agent's files and its digest (built once per process)."""
+    files: list[tuple[str, Path]] = [(f"toolkit/{f}", _PKG_ROOT / f) for f in AGENT_FILES]
+    for pkg in AGENT_PACKAGES:
+        files += [(f"toolkit/{p.relative_to(_PKG_ROOT).as_posix()}", p)
+                  for p in sorted((_PKG_ROOT / pkg).rglob("*.py"))]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for arcname, path in files:
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            info = tarfile.TarInfo(arcname)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    digest = hashlib.sha256(raw.getvalue()).hexdigest()[:16]
+    return gzip.compress(raw.getvalue(), mtime=0), digest
+
+
+def agent_paths(name: str, remote_dir: str = DEFAULT_REMOTE_DIR) -> dict[str, str]:
+    """Where a board's agent keeps its pid, log and state file on the board."""
+    return _paths(BoardEntry(name, "local"), ProvisionOptions(tracker=("", 0), remote_dir=remote_dir))
+
+
+def _paths(entry: BoardEntry, opts: ProvisionOptions) -> dict[str, str]:
+    r = opts.remote_dir.rstrip("/")
+    agent_dir = f"{r}/agents/{entry.name}"
+    return {"root": r, "code": f"{r}/agent", "venv": f"{r}/venv", "agent_dir": agent_dir,
+            "pid": f"{agent_dir}/agent.pid", "log": f"{agent_dir}/agent.log", "state": f"{agent_dir}/agent.json",
+            "args": f"{agent_dir}/agent.args", "bits": f"{r}/bitstreams", "tvm": f"{r}/tvm"}
+
+
+def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[str, str]) -> list[Step]:
+    profile = entry.profile
+    q = quote
+    has_tvm = (f"{q(py)} -c 'import importlib.util as u, sys; "
+               f"sys.exit(not (u.find_spec(\"tvm\") and u.find_spec(\"numpy\")))'")
+    if opts.python:
+        return [Step("check the board's python", check=has_tvm,
+                     command=f"echo 'the python {opts.python} on the board cannot import tvm "
+                             f"and numpy: install them there or drop --python' >&2; exit 1")]
+    if opts.runtime_path is not None:
+        rp = Path(opts.runtime_path).expanduser()
+        if not rp.exists():
+            raise BoardError(f"--runtime-path {rp} does not exist; give a TVM wheel or a runtime directory")
+        if rp.is_file():
+            remote = f"{p['root']}/{rp.name}"
+            return [Step("upload TVM runtime wheel", check=f"test -f {q(remote)}", upload=(rp.read_bytes(), remote)),
+                     Step("install TVM runtime wheel", check=has_tvm,
+                          command=f"{q(py)} -m pip install {q(remote)} numpy")]
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(str(rp), arcname="tvm")
+        site = f"$({q(py)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+        return [Step("upload TVM runtime", check=f"test -d {q(p['tvm'])}/python",
+                     upload=(buf.getvalue(), f"{p['root']}/tvm-runtime.tar.gz"),
+                     command=f"tar -xzf {q(p['root'])}/tvm-runtime.tar.gz -C {q(p['root'])} && "
+                             f"rm {q(p['root'])}/tvm-runtime.tar.gz"),
+                Step("link TVM runtime into the venv", check=has_tvm,
+                     command=f"{q(py)} -m pip install numpy cloudpickle psutil tornado && "
+                             f"echo {q(p['tvm'])}/python > {site}/tvm-runtime.pth")]
+    method = profile.runtime.get("method", "wheel")
+    if method == "build-on-board":
+        tvm = q(p["tvm"])
+        site = f"$({q(py)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+        return [
+            Step("python dependencies of the runtime", check=f"{q(py)} -c 'import numpy, tvm_ffi'",
+                 command=f"{q(py)} -m pip install {' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}",
+                 note="no armv7 apache-tvm wheel: the runtime is built on the board"),
+            Step("fetch TVM sources", check=f"test -d {tvm}/.git",
+                 command=f"git clone --depth 1 --branch {TVM_TAG} --recursive {TVM_GIT} {tvm}"),
+            Step("build the TVM runtime on the board (about 5 min on a Pynq)",
+                 check=f"test -f {tvm}/build/libtvm_runtime.so",
+                 command=f"mkdir -p {tvm}/build && cp {tvm}/cmake/config.cmake {tvm}/build/ && "
+                         f"cd {tvm}/build && cmake .. && make runtime -j2"),
+            Step("link TVM's python package into the venv", check=has_tvm,
+                 command=f"echo {tvm}/python > {site}/tvm-runtime.pth"),
+        ]
+    package = profile.runtime.get("package", DEFAULT_RUNTIME)
+    note = profile.runtime.get("notes", "")
+    return [Step(f"install TVM runtime ({package})", check=has_tvm,
+                 command=f"{q(py)} -m pip install {shlex.quote(package)} "
+                         f"{' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}", note=note)]
+
+
+def _bitstream_steps(entry: BoardEntry, p: dict[str, str]) -> tuple[list[Step], str | None]:
+    profile = entry.profile
+    if profile.executor != "fpga":
+        return [], None
+    want = bitstreams.for_profile(profile)
+    bitstreams.check_matches(profile, want)
+    local = bitstreams.cached_path(want)
+    remote = f"{p['bits']}/{want.name}.{want.ext}"
+    what = f"{want.target}/{want.hw_ver}/{want.name}.{want.ext}"
+    if local is None:
+        fix = (f"`edgetune bitstream add FILE --target {want.target} --hw-ver {want.hw_ver}`"
+               + (f" (download: {want.url})" if want.url else ""))
+        return [Step(f"upload bitstream {what}", note=f"NOT CACHED: add it with {fix}",
+                     check=f"test -f {quote(remote)}", command=f"echo 'bitstream {what} is not cached: "
+                     f"add it with {fix}' >&2; exit 1")], remote
+    digest = bitstreams.sha256_of(local)
+    steps = [Step(f"upload bitstream {what}", upload=(local.read_bytes(), remote),
+                  check=f"echo '{digest}  {remote}' | sha256sum -c --status", note=f"sha256 {digest[:12]}")]
+    hwh = local.with_suffix(".hwh")
+    if hwh.is_file():
+        steps.append(Step("upload .hwh", upload=(hwh.read_bytes(), remote.rsplit(".", 1)[0] + ".hwh"),
+                          check=f"test -f {quote(remote.rsplit('.', 1)[0] + '.hwh')}"))
+    return steps, remote
+
+
+def agent_command(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[str, str],
+                  bitstream: str | None) -> list[str]:
+    """The agent's argv on the board."""
+    profile = entry.profile
+    executor = profile.executor if profile.executor in ("fsim", "fpga") else "tvm"
+    bt = opts.board_tracker or opts.tracker
+    argv = [py, "-m", "toolkit.rpc.agent", "--tracker", f"{bt[0]}:{bt[1]}",
+            "--key", entry.effective_rpc_key, "--executor", executor, "--name", entry.name,
+            "--host", "0.0.0.0" if opts.expose else "127.0.0.1",
+            "--pid-file", p["pid"], "--state-file", p["state"]]
+    if opts.report_host:
+        argv += ["--report-host", opts.report_host]
+    if opts.report_port:
+        argv += ["--report-port", str(opts.report_port)]
+    if profile.vta:
+        argv += ["--vta-config", str(profile.vta.get("preset", "pynq"))]
+    if bitstream:
+        argv += ["--bitstream", bitstream]
+    return argv
+
+
+def _sh(argv: list[str]) -> str:
+    return " ".join(quote(a) if a.startswith("~") else shlex.quote(a) for a in argv)
+
+
+def stop_command(p: dict[str, str], sudo: bool = False) -> str:
+    """Shell: end the agent's process group (TERM, then KILL) and remove its pid file."""
+    s = "sudo -n " if sudo else ""
+    pid = quote(p["pid"])
+    return (f"if [ -f {pid} ]; then g=$(cat {pid}); {s}kill -TERM -- -$g 2>/dev/null; "
+            f"for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 $g 2>/dev/null || break; sleep 0.3; done; "
+            f"{s}kill -KILL -- -$g 2>/dev/null; rm -f {pid}; fi; true")
+
+
+def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
+    """The provisioning plan of a board (no connection needed)."""
+    profile = entry.profile
+    q = quote
+    p = _paths(entry, opts)
+    py = opts.python or f"{p['venv']}/bin/python"
+    bundle, digest = agent_bundle()
+    steps = [
+        Step("remote directory", check=f"test -d {q(p['agent_dir'])} && test -d {q(p['bits'])}",
+             command=f"mkdir -p {q(p['agent_dir'])} {q(p['bits'])}"),
+        Step("upload agent", check=f"test \"$(cat {q(p['code'])}/.digest 2>/dev/null)\" = {digest}",
+             upload=(bundle, f"{p['root']}/agent.tar.gz"),
+             command=f"rm -rf {q(p['code'])} && mkdir -p {q(p['code'])} && tar -xzf {q(p['root'])}/agent.tar.gz "
+                     f"-C {q(p['code'])} && echo {digest} > {q(p['code'])}/.digest && rm {q(p['root'])}/agent.tar.gz",
+             note=f"toolkit subset, digest {digest}"),
+    ]
+    if not opts.python:
+        flag = " --system-site-packages" if opts.system_site_packages else ""
+        steps.append(Step("virtualenv", check=f"test -x {q(py)}",
+                          command=f"python3 -m venv{flag} {q(p['venv'])}"))
+    steps += _runtime_steps(entry, opts, py, p)
+    bit_steps, remote_bit = _bitstream_steps(entry, p)
+    steps += bit_steps
+    argv = agent_command(entry, opts, py, p, remote_bit)
+    args_digest = hashlib.sha256(("\0".join(argv) + digest).encode()).hexdigest()[:16]
+    sudo = bool(profile.runtime.get("needs_sudo"))
+    env = f"PYTHONPATH={q(p['code'])}"
+    if opts.runtime_path is not None or profile.runtime.get("method") == "build-on-board":
+        env += f" TVM_LIBRARY_PATH={q(p['tvm'])}/build"
+    launch = f"{'sudo -n ' if sudo else ''}env {env} nohup {_sh(argv)}"
+    pid = q(p["pid"])
+    steps.append(Step(
+        f"start agent (key {entry.effective_rpc_key})",
+        check=f"[ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null && "
+              f"[ \"$(cat {q(p['args'])} 2>/dev/null)\" = {args_digest} ]",
+        command=f"{stop_command(p, sudo)}; cd {q(p['agent_dir'])} && rm -f {q(p['state'])} && "
+                f"echo {args_digest} > {q(p['args'])} && {{ {launch} > {q(p['log'])} 2>&1 < /dev/null & }}",
+        note="needs passwordless sudo for the FPGA" if sudo else ""))
+    state = {"board": entry.name, "remote_dir": opts.remote_dir, "python": py, "tracker": list(opts.tracker),
+             "tunnel": opts.board_tracker is not None,
+             "key": entry.effective_rpc_key, "agent_dir": p["agent_dir"], "sudo": sudo,
+             "executor": profile.executor}
+    plan = Plan(entry.name, steps, opts.remote_dir, py, p["agent_dir"], state)
+    plan.steps.append(Step("verify", local=_verifier(entry, opts, p), note="tracker lists it; health answers"))
+    return plan
+
+
+def _verifier(entry: BoardEntry, opts: ProvisionOptions, p: dict[str, str]) -> Callable[[SSHSession], str]:
+    def verify(session: SSHSession) -> str:
+        """wait until the tracker lists the agent under its key and edgetune.health answers"""
+        agent = wait_agent_state(session, p, opts.verify_timeout_s)
+        wait_registered(opts.tracker, entry.effective_rpc_key, int(agent["report_port"]), opts.verify_timeout_s,
+                        log=lambda: session.run(f"tail -n 5 {quote(p['log'])}").stdout)
+        health = call_health(opts.tracker, entry.effective_rpc_key, entry.name, opts.verify_timeout_s)
+        return f"agent pid {agent['pid']} port {agent['port']} answers: {health}"
+    return verify
+
+
+def wait_agent_state(session: SSHSession, p: dict[str, str], timeout: float) -> dict:
+    """The agent's state file once it has bound its port."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = session.run(f"cat {quote(p['state'])} 2>/dev/null")
+        if r.ok and r.stdout.strip():
+            return json.loads(r.stdout)
+        alive = session.run(f"kill -0 $(cat {quote(p['pid'])} 2>/dev/null) 2>/dev/null").ok
+        if not alive and time.monotonic() > deadline - timeout + 3:
+            tail = session.run(f"tail -n 3 {quote(p['log'])}").stdout.strip().replace("\n", " | ")
+            raise BoardError(f"the agent exited at start: {tail or 'no log'}; see `edgetune board logs`")
+        if time.monotonic() > deadline:
+            raise BoardError(f"the agent did not start within {timeout:.0f}s; see `edgetune board logs`")
+        time.sleep(0.3)
+
+
+def wait_registered(tracker: tuple[str, int], key: str, port: int, timeout: float,
+                    log: Callable[[], str] | None = None) -> None:
+    """Wait until the tracker lists a server under ``key`` reporting ``port``."""
+    from toolkit.rpc.tracker import tracker_summary
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = tracker_summary(*tracker)
+        if any(s.get("key") == f"server:{key}" and int(s["addr"][1]) == port for s in info.get("server_info", [])):
+            return
+        time.sleep(0.3)
+    tail = " | ".join((log() if log else "").strip().splitlines()[-2:])
+    raise BoardError(f"the agent did not register with the tracker {tracker[0]}:{tracker[1]} under key {key!r} "
+                     f"within {timeout:.0f}s (can the board reach the tracker?) {tail}")
+
+
+def call_health(tracker: tuple[str, int], key: str, name: str | None, timeout: float) -> dict:
+    """Ask an agent with ``key`` for ``edgetune.health``; with ``name``, retry until that board answers."""
+    from tvm import rpc
+
+    deadline = time.monotonic() + timeout
+    last: dict = {}
+    while time.monotonic() < deadline:
+        remote = rpc.connect_tracker(*tracker).request(key, priority=1, session_timeout=30)
+        last = json.loads(remote.get_function("edgetune.health")())
+        del remote
+        if name is None or last.get("name") == name:
+            return last
+        time.sleep(0.2)
+    raise BoardError(f"board {name} did not answer through the tracker (last answer from {last.get('name')})")
+
+
+# -- running plans, and the agent's lifecycle ---------------------------------------------------
+
+
+@dataclass
+class StepOutcome:
+    """What happened to one step."""
+
+    name: str
+    changed: bool
+    detail: str = ""
+
+
+def run_plan(plan: Plan, session: SSHSession, progress: Callable[[str], None] | None = None) -> list[StepOutcome]:
+    """Run a plan on a board: each step is skipped when its check passes."""
+    out = []
+    for step in plan.steps:
+        if progress:
+            progress(step.name)
+        if step.local is not None:
+            out.append(StepOutcome(step.name, False, step.local(session)))
+            continue
+        if step.check and session.run(step.check, timeout=60).ok:
+            out.append(StepOutcome(step.name, False, "unchanged"))
+            continue
+        if step.upload:
+            data, remote = step.upload
+            session.run(f"mkdir -p {quote(remote.rsplit('/', 1)[0])}", check=True)
+            session.put_bytes(data, _sftp_path(session, remote))
+        if step.command:
+            session.run(step.command, check=True, timeout=1800)
+        out.append(StepOutcome(step.name, True, "done"))
+    write_state(f"boards/{plan.board}", plan.state)
+    return out
+
+
+def _sftp_path(session: SSHSession, path: str) -> str:
+    if path.startswith("~/"):
+        return f"{session.home()}/{path[2:]}"
+    return path
+
+
+def board_state(name: str) -> dict | None:
+    """What the last provisioning of board ``name`` recorded locally (remote dir, python, tracker)."""
+    return read_state(f"boards/{name}")
+
+
+def _state_or_fail(name: str) -> dict:
+    state = board_state(name)
+    if state is None:
+        raise BoardError(f"board {name} was never provisioned from here; run `edgetune board provision {name}`")
+    return state
+
+
+def remote_paths(name: str) -> dict[str, str]:
+    """Remote paths of a provisioned board's agent."""
+    state = _state_or_fail(name)
+    d = state["agent_dir"]
+    return {"pid": f"{d}/agent.pid", "log": f"{d}/agent.log", "state": f"{d}/agent.json", "agent_dir": d}
+
+
+def stop_agent(name: str, session: SSHSession) -> bool:
+    """Stop a board's agent; ``True`` if one was running."""
+    state = _state_or_fail(name)
+    p = remote_paths(name)
+    was = session.run(f"kill -0 $(cat {quote(p['pid'])} 2>/dev/null) 2>/dev/null").ok
+    session.run(stop_command(p, bool(state.get("sudo"))), check=True)
+    session.run(f"rm -f {quote(p['state'])} {quote(p['agent_dir'])}/agent.args")
+    return was
+
+
+def agent_log(name: str, session: SSHSession, lines: int = 50) -> str:
+    """The last ``lines`` lines of a board's agent log."""
+    p = remote_paths(name)
+    r = session.run(f"tail -n {int(lines)} {quote(p['log'])}")
+    if not r.ok:
+        raise BoardError(f"board {name} has no agent log yet; run `edgetune board provision {name}`")
+    return r.stdout
+
+
+def agent_status(name: str, session: SSHSession) -> dict:
+    """Is the agent running, with which pid/port (from its state file)."""
+    p = remote_paths(name)
+    alive = session.run(f"kill -0 $(cat {quote(p['pid'])} 2>/dev/null) 2>/dev/null").ok
+    info: dict = {}
+    if alive:
+        r = session.run(f"cat {quote(p['state'])} 2>/dev/null")
+        info = json.loads(r.stdout) if r.ok and r.stdout.strip() else {}
+    return {"agent_up": alive, **{k: info.get(k) for k in ("pid", "port", "report_port", "key", "tracker")}}
+
+
+def forget(name: str) -> None:
+    """Drop the local provisioning record of a board."""
+    remove_state(f"boards/{name}")

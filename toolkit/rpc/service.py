@@ -1,0 +1,97 @@
+"""The user's long-running TVM RPC tracker: started detached, found again through a state file.
+
+State: ``$XDG_STATE_HOME/edgetune/tracker.json`` (``pid``, ``host``, ``port``). The tracker binds to
+loopback unless exposed; boards reach it through SSH reverse tunnels (:mod:`toolkit.rpc.tunnel`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from toolkit.errors import BoardError
+from toolkit.rpc.state import read_state, remove_state, write_state
+from toolkit.rpc.tracker import LOOPBACK, start_tracker, tracker_summary
+
+DEFAULT_PORT = 9190
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_tracker() -> dict | None:
+    """The state of the tracker started by ``edgetune tracker start``, if it still runs."""
+    state = read_state("tracker")
+    if state and _alive(int(state["pid"])):
+        return state
+    if state:
+        remove_state("tracker")
+    return None
+
+
+def start_service(host: str = LOOPBACK, port: int = DEFAULT_PORT, port_end: int | None = None) -> dict:
+    """Start a detached tracker (or return the running one); its state."""
+    state = running_tracker()
+    if state:
+        return {**state, "already_running": True}
+    tracker = start_tracker(host, port, port_end or port + 10)
+    state = {"pid": tracker.pid, "host": host, "port": tracker.address[1], "log": tracker.log_path,
+             "started": time.time()}
+    write_state("tracker", state)
+    return state
+
+
+def stop_service(timeout: float = 5.0) -> bool:
+    """Stop the tracker's process group; ``True`` if one was running."""
+    state = running_tracker()
+    if not state:
+        return False
+    pid = int(state["pid"])
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap if it is our child (tests start it in-process)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        if not _alive(pid):
+            break
+    remove_state("tracker")
+    return True
+
+
+def tracker_address(explicit: str | None = None) -> tuple[str, int]:
+    """``HOST:PORT`` given explicitly, else the running tracker's address."""
+    if explicit:
+        host, _, port = explicit.rpartition(":")
+        if not host or not port.isdigit():
+            raise BoardError(f"tracker address {explicit!r} must be HOST:PORT, e.g. 127.0.0.1:9190")
+        return host, int(port)
+    state = running_tracker()
+    if not state:
+        raise BoardError("no RPC tracker is running; start one with `edgetune tracker start` "
+                         "or give --tracker HOST:PORT")
+    host = state["host"]
+    return (LOOPBACK if host == "0.0.0.0" else host), int(state["port"])
+
+
+def status() -> dict:
+    """The running tracker's state and summary (queue per key, servers)."""
+    state = running_tracker()
+    if not state:
+        return {"running": False}
+    host, port = tracker_address()
+    return {"running": True, **state, "summary": tracker_summary(host, port)}

@@ -1,0 +1,43 @@
+"""Small JSON state files under the user's state dir (tracker pid/port, provisioned boards).
+
+``$XDG_STATE_HOME/edgetune`` (default ``~/.local/state/edgetune``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from toolkit.boards import atomic_write_text
+from toolkit.errors import EdgetuneError
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/edgetune``."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "edgetune"
+
+
+def read_state(name: str) -> dict[str, Any] | None:
+    """The state file ``name`` (e.g. ``tracker`` or ``boards/pynq1``); ``None`` when absent."""
+    path = state_dir() / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EdgetuneError(f"state file {path} is unreadable ({exc}); delete it and rerun") from None
+
+
+def write_state(name: str, data: dict[str, Any]) -> Path:
+    """Write the state file ``name`` atomically."""
+    path = state_dir() / f"{name}.json"
+    atomic_write_text(path, json.dumps(data, indent=2))
+    return path
+
+
+def remove_state(name: str) -> None:
+    """Delete the state file ``name`` if present."""
+    (state_dir() / f"{name}.json").unlink(missing_ok=True)

@@ -1,0 +1,153 @@
+"""A conformance suite every tuner passes (Optuna's reusable sampler test cases, for tuners).
+
+Inherit :class:`TunerConformance` in a pytest class and set ``tuner_factory`` to a callable
+``seed -> Tuner`` (a tuner class works)::
+
+    from toolkit.testing.conformance import TunerConformance
+    from toolkit.tuning.tuners.xgb import XGBTuner
+
+    class TestXGB(TunerConformance):
+        tuner_factory = XGBTuner
+
+The suite drives the tuner over :func:`synthetic_space` (560 configs, 4 knobs) with the
+objective :func:`synthetic_measure`: a planted optimum (:data:`OPTIMUM`) and an invalid region,
+so it needs no board, no simulator and runs in seconds.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Sequence
+
+from toolkit.tuning.measure_result import ErrorClass, MeasureResult
+from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.tuners.base import Tuner, TuningContext
+
+FLOPS = 1e9
+"""Nominal work of the synthetic task (so throughput = FLOPS / seconds)."""
+
+OPTIMUM = {"x": [8, 8], "y": [4, 12], "u": 4, "flag": True}
+"""The planted best config of :func:`synthetic_space`."""
+
+Objective = Callable[[ConfigSpace, int], MeasureResult]
+
+
+def synthetic_space() -> ConfigSpace:
+    """Four knobs, 7 x 10 x 4 x 2 = 560 configs."""
+    return ConfigSpace([
+        SplitKnob("x", 64, 2),
+        SplitKnob("y", 48, 2),
+        CategoricalKnob("u", [1, 2, 4, 8]),
+        CategoricalKnob("flag", [False, True]),
+    ])
+
+
+def synthetic_measure(space: ConfigSpace, index: int) -> MeasureResult:
+    """Deterministic cost: 1 ms at :data:`OPTIMUM`, growing with the knob-index distance from it.
+
+    Configs whose ``x`` inner factor times ``u`` exceeds 32 are invalid (a "buffer" limit),
+    about a quarter of the space.
+    """
+    cfg = space.get(index)
+    if cfg["x"][1] * cfg["u"] > 32:
+        return MeasureResult(index, cfg.values, error=ErrorClass.INVALID_CONFIG, message="buffer overflow")
+    best = space.knob_indices(space.index_of(OPTIMUM))
+    here = space.knob_indices(index)
+    dist = sum((a - b) ** 2 * w for a, b, w in zip(here, best, (1.0, 0.5, 2.0, 3.0)))
+    return MeasureResult(index, cfg.values, costs=[1e-3 * (1.0 + dist)] * 2)
+
+
+def all_invalid(space: ConfigSpace, index: int) -> MeasureResult:
+    """Every config fails (a board where nothing builds)."""
+    return MeasureResult(index, space.get(index).values, error=ErrorClass.COMPILE_ERROR, message="no")
+
+
+def drive(tuner: Tuner, n_trials: int, *, batch: int = 8, objective: Objective = synthetic_measure,
+          space: ConfigSpace | None = None, history: Sequence[MeasureResult] = (),
+          check: bool = True) -> list[MeasureResult]:
+    """A minimal tuning loop: set up, restore ``history``, propose/measure/update until ``n_trials``.
+
+    With ``check``, every proposal is checked to be at most the number asked for.
+    """
+    space = space or synthetic_space()
+    tuner.setup(TuningContext(space=space, extra={"flops": FLOPS}))
+    if history:
+        tuner.load_history(list(history))
+    out: list[MeasureResult] = []
+    while len(out) < n_trials:
+        ask = min(batch, n_trials - len(out))
+        indices = tuner.propose(ask)
+        if check:
+            assert len(indices) <= ask, f"asked for {ask} configs, got {len(indices)}"
+        if not indices:
+            break
+        results = [objective(space, int(i)) for i in indices]
+        tuner.update(results)
+        out.extend(results)
+    return out
+
+
+class TunerConformance:
+    """Pytest mixin: the contract of :class:`~toolkit.tuning.tuners.base.Tuner`."""
+
+    tuner_factory: Callable[[int], Tuner]
+    n_trials: int = 160
+    batch: int = 8
+
+    def make(self, seed: int = 0) -> Tuner:
+        """A fresh tuner from ``tuner_factory`` (plain function, lambda, class or staticmethod)."""
+        factory = inspect.getattr_static(self, "tuner_factory")
+        if isinstance(factory, staticmethod):
+            factory = factory.__func__
+        return factory(seed)
+
+    def test_no_duplicate_proposals(self) -> None:
+        indices = [r.index for r in drive(self.make(0), self.n_trials, batch=self.batch)]
+        assert len(indices) == len(set(indices)), "a config was proposed twice"
+        assert all(0 <= i < synthetic_space().size for i in indices)
+
+    def test_budget_respected(self) -> None:
+        for n in (1, 13, self.n_trials):
+            results = drive(self.make(1), n, batch=self.batch)
+            assert len(results) == n, f"budget {n}: the tuner stopped after {len(results)} trials"
+
+    def test_exhausts_small_space_without_repeats(self) -> None:
+        space = ConfigSpace([CategoricalKnob("a", [1, 2, 3]), SplitKnob("b", 12, 2)])   # 18 configs
+        results = drive(self.make(2), 40, batch=5, space=space, objective=_small_objective)
+        assert sorted(r.index for r in results) == list(range(space.size))
+
+    def test_deterministic_under_seed(self) -> None:
+        a = [r.index for r in drive(self.make(7), self.n_trials, batch=self.batch)]
+        b = [r.index for r in drive(self.make(7), self.n_trials, batch=self.batch)]
+        assert a == b, "two runs with the same seed proposed different configs"
+
+    def test_survives_all_invalid_batches(self) -> None:
+        results = drive(self.make(3), self.n_trials, batch=self.batch, objective=all_invalid)
+        assert len(results) == self.n_trials
+        assert len({r.index for r in results}) == self.n_trials
+
+        seen: list[int] = []
+
+        def invalid_first(space: ConfigSpace, index: int) -> MeasureResult:
+            seen.append(index)
+            return all_invalid(space, index) if len(seen) <= 3 * self.batch else synthetic_measure(space, index)
+
+        results = drive(self.make(4), self.n_trials, batch=self.batch, objective=invalid_first)
+        assert len({r.index for r in results}) == self.n_trials
+        assert any(r.valid for r in results)
+
+    def test_resume_from_history(self) -> None:
+        first = drive(self.make(5), self.n_trials // 2 + 3, batch=self.batch)
+        seen = {r.index for r in first}
+        rest = drive(self.make(5), self.n_trials // 2, batch=self.batch, history=first)
+        again = [r.index for r in rest]
+        assert not seen & set(again), "a measured config was proposed again after load_history"
+        assert len(again) == len(set(again)) == self.n_trials // 2
+
+    def test_finds_a_valid_config(self) -> None:
+        results = drive(self.make(6), self.n_trials, batch=self.batch)
+        assert any(r.valid for r in results)
+
+
+def _small_objective(space: ConfigSpace, index: int) -> MeasureResult:
+    return MeasureResult(index, space.get(index).values, costs=[1e-3 * (1 + index % 5)])

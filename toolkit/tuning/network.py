@@ -1,0 +1,230 @@
+"""Tune a whole network: all its conv tasks share one trial budget, one log, one task scheduler.
+
+Each round, the scheduler (:mod:`toolkit.tuning.scheduler`) picks a task and the tuning loop
+(:func:`toolkit.tuning.loop.tune`) runs ``trials_per_round`` trials of it with that task's own
+tuner, which lives across rounds. Every trial goes to one JSONL log whose header describes the
+network; records carry their workload, so the log holds all tasks. ``resume`` restores each
+task from its records (its tuner's history, its trial count, the scheduler's view) and the
+budget counts the restored trials, as :func:`~toolkit.tuning.loop.tune` does.
+
+>>> from toolkit.boards import resolve_board
+>>> from toolkit.networks import get_network, plan_tasks
+>>> from toolkit.tuning.scheduler import GradientScheduler
+>>> plan = plan_tasks(get_network("resnet18"), "vta")
+>>> s = tune_network(plan, resolve_board("vta-fsim"), "random", 64,
+...                  scheduler=GradientScheduler(trials_per_round=8))  # doctest: +SKIP
+>>> s.total_seconds  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from toolkit.boards import Board
+from toolkit.errors import LogError
+from toolkit.networks import TaskPlan
+from toolkit.tuning.loop import TuneSummary, tune
+from toolkit.tuning.measure import LocalBuilder, default_builder, make_runner
+from toolkit.tuning.measure_result import MeasureResult
+from toolkit.tuning.records import Journal, LogHeader, Record
+from toolkit.tuning.runner import MeasureOptions, Runner
+from toolkit.tuning.scheduler import TaskScheduler
+from toolkit.tuning.task import Task
+from toolkit.tuning.tuners.base import Tuner, TuningContext, make_tuner
+from toolkit.workloads import Conv2dWorkload
+
+
+@dataclass
+class TaskOutcome:
+    """One task of a network tune: its weight, trials and best."""
+
+    name: str
+    spec: str
+    count: int
+    flops: int
+    trials: int = 0
+    resumed: int = 0
+    best_seconds: float = math.inf
+    best_index: int | None = None
+    best_config: dict[str, Any] | None = None
+    exhausted: bool = False
+
+    @property
+    def weighted_seconds(self) -> float:
+        """Best latency times multiplicity (``inf`` without a valid config)."""
+        return self.best_seconds * self.count
+
+    def add(self, result: MeasureResult) -> None:
+        self.trials += 1
+        if result.valid and result.seconds < self.best_seconds:
+            self.best_seconds, self.best_index, self.best_config = result.seconds, result.index, result.config
+
+
+@dataclass
+class NetworkSummary:
+    """Outcome of :func:`tune_network`. ``curve`` is (trials so far, total conv latency) after each round."""
+
+    network: str
+    board: str
+    tuner: str
+    scheduler: str
+    tasks: list[TaskOutcome]
+    skipped: list[tuple[str, str]]
+    log: str | None = None
+    wall_s: float = 0.0
+    curve: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    @property
+    def resumed(self) -> int:
+        return sum(t.resumed for t in self.tasks)
+
+    @property
+    def total_seconds(self) -> float:
+        """The network's conv latency on the board: sum of best x multiplicity (``inf`` if a task has none)."""
+        return sum(t.weighted_seconds for t in self.tasks)
+
+    def to_json(self) -> dict[str, Any]:
+        def fin(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        d = asdict(self)
+        for t, td in zip(self.tasks, d["tasks"]):
+            td["best_seconds"] = fin(t.best_seconds)
+            td["weighted_seconds"] = fin(t.weighted_seconds)
+        d["skipped"] = [{"layer": n, "reason": r} for n, r in self.skipped]
+        d["curve"] = [[n, fin(s)] for n, s in self.curve]
+        return d | {"trials": self.trials, "resumed": self.resumed, "total_seconds": fin(self.total_seconds)}
+
+
+class _LongLived(Tuner):
+    """Keeps one tuner across rounds: the first ``setup`` binds it and restores ``history``; later ones keep it."""
+
+    def __init__(self, inner: Tuner, history: Sequence[MeasureResult]) -> None:
+        super().__init__(seed=inner.seed)
+        self.inner = inner
+        self.history = list(history)
+        self.name = inner.name  # type: ignore[misc]
+        self.bound = False
+
+    def setup(self, ctx: TuningContext) -> None:
+        if not self.bound:
+            self.inner.setup(ctx)
+            if self.history:
+                self.inner.load_history(self.history)
+            self.bound = True
+
+    def propose(self, n: int) -> list[int]:
+        return self.inner.propose(n)
+
+    def update(self, results: Sequence[MeasureResult]) -> None:
+        self.inner.update(results)
+
+    def stats(self) -> dict[str, float]:
+        return self.inner.stats()
+
+
+Backends = Callable[[Task], tuple[LocalBuilder, Runner]]
+"""Builder and runner for a task (e.g. replaying a cache); default: the board's, shared by all tasks."""
+
+
+def network_description(plan: TaskPlan, tasks: Sequence[Task]) -> dict[str, Any]:
+    """The network log's header task: the network and every task's description."""
+    return {"network": plan.network.name, "board": tasks[0].board.name if tasks else None,
+            "tasks": [t.describe() for t in tasks]}
+
+
+def tune_network(plan: TaskPlan, board: Board, tuner: str | Callable[[int], Tuner], n_trials: int, *,
+                 scheduler: TaskScheduler, log: str | Path | None = None, resume: bool = False,
+                 template_options: dict[str, Any] | None = None, backends: Backends | None = None,
+                 measure_options: MeasureOptions | None = None, tuner_options: dict[str, Any] | None = None,
+                 seed: int = 0, callback: Callable[[NetworkSummary], None] | None = None) -> NetworkSummary:
+    """Tune every task of ``plan`` on ``board`` with ``n_trials`` trials in all (see the module docstring).
+
+    ``tuner`` is a registered tuner name (task ``i`` gets seed ``seed + i``) or a factory
+    ``i -> Tuner``. ``callback`` runs after each round.
+    """
+    if n_trials < 0:
+        raise LogError(f"the number of trials must be >= 0, got {n_trials}")
+    if not plan.tasks:
+        raise LogError(f"network {plan.network.name} has no task this board can run "
+                       f"({'; '.join(f'{n}: {r}' for n, r in plan.skipped)})")
+    t_start = time.perf_counter()
+    tasks = [Task.create(t.workload, board, **(template_options or {})) for t in plan.tasks]
+    factory = tuner if callable(tuner) else (lambda i: make_tuner(tuner, seed=seed + i, **(tuner_options or {})))
+    outcomes = [TaskOutcome(t.workload.label, t.workload.spec(), p.count, t.flops) for t, p in zip(tasks, plan.tasks)]
+    summary = NetworkSummary(plan.network.name, board.name, "", scheduler.name, outcomes, list(plan.skipped),
+                             log=str(log) if log else None)
+
+    journal = None
+    earlier: list[Record] = []
+    if log is not None:
+        path = Path(log)
+        if path.exists() and path.stat().st_size > 0 and not resume:
+            raise LogError(f"tuning log {path} already exists; pass --resume to continue it or choose another --log")
+        journal = Journal(path, LogHeader(network_description(plan, tasks)))
+        earlier = journal.open()
+    own = backends is None
+    shared = (default_builder(board), make_runner(board)) if own else None
+    try:
+        position = {t.workload: i for i, t in enumerate(tasks)}    # workloads compare by shape, not name
+        history: list[list[MeasureResult]] = [[] for _ in tasks]
+        for r in earlier:
+            i = position.get(Conv2dWorkload.from_dict(r.workload))
+            if r.index is not None and i is not None:
+                history[i].append(r.to_result())
+        tuners: list[_LongLived] = []
+        for i, hist in enumerate(history):
+            for res in hist:
+                outcomes[i].add(res)
+            outcomes[i].resumed = len(hist)
+            tuners.append(_LongLived(factory(i), hist))
+        summary.tuner = tuners[0].name
+        scheduler.setup([p.count for p in plan.tasks], flops=[t.flops for t in tasks])
+        scheduler.restore([[r.seconds for r in hist] for hist in history])
+        for i, task in enumerate(tasks):
+            if outcomes[i].trials >= task.space.size:
+                outcomes[i].exhausted = True
+                scheduler.exhausted.add(i)
+        backend = [shared or backends(task) for task in tasks]  # type: ignore[misc]
+
+        while summary.trials < n_trials:
+            i = scheduler.next_task()
+            if i is None:
+                break
+            n = min(scheduler.trials_per_round, n_trials - summary.trials)
+            out = outcomes[i]
+            desc = tasks[i].describe()
+
+            def on_batch(s: TuneSummary, results: Sequence[MeasureResult], out: TaskOutcome = out,
+                         desc: dict = desc) -> None:
+                for r in results:
+                    if journal is not None:
+                        journal.append(Record.from_result(r, trial=out.trials, tuner=summary.tuner, task=desc))
+                    out.add(r)
+
+            before = out.trials
+            builder, runner = backend[i]
+            round_summary = tune(tasks[i], tuners[i], n, builder=builder, runner=runner,
+                                 measure_options=measure_options, callback=on_batch)
+            exhausted = round_summary.stopped == "exhausted" or out.trials >= tasks[i].space.size
+            out.exhausted = exhausted
+            scheduler.update(i, out.trials - before, out.best_seconds, exhausted=exhausted)
+            summary.curve.append((summary.trials, summary.total_seconds))
+            if callback is not None:
+                callback(summary)
+    finally:
+        if journal is not None:
+            journal.close()
+        if shared is not None:
+            shared[0].close()
+            shared[1].close()
+        summary.wall_s = time.perf_counter() - t_start
+    return summary

@@ -1,0 +1,309 @@
+"""Measure TVM libraries on boards through a TVM RPC tracker (or one server, directly).
+
+For each artifact the runner asks the tracker for a session on a board of its key, uploads
+the library, checks one run's output against the template's numpy reference and times it
+with ``time_evaluator``. A session that dies mid-measurement (the board rebooted, the server
+was killed) is not a result: the runner waits up to ``wait_timeout_s`` for a server of the
+same key to come back and measures again; only if none returns is the item ``BOARD_LOST``.
+
+>>> from toolkit.rpc.tracker import ensure_local_rpc
+>>> host, port, stop = ensure_local_rpc("local")          # doctest: +SKIP
+>>> runner = RPCRunner(host, port, "local")               # doctest: +SKIP
+>>> results = runner.run(template, [(config, artifact)], MeasureOptions())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from toolkit.boards import Board
+from toolkit.errors import BoardError
+from toolkit.tuning.measure_result import ErrorClass, MeasureResult
+from toolkit.tuning.runner import MeasureOptions, Runner
+from toolkit.tuning.space import Config
+from toolkit.tuning.template import Artifact, Template
+
+RTOL = 1e-3
+ATOL = 1e-3
+"""Tolerance of the output check (float32 accumulations in different orders)."""
+
+_LOST_HINTS = ("socket", "connection", "connect", "closed", "eof", "peer", "broken pipe",
+               "rpcsessiontimeout", "session timeout", "kshutdown", "code == rpccode")
+
+
+class BoardLost(Exception):
+    """The session ended before the measurement finished."""
+
+
+class RPCRunner(Runner):
+    """A :class:`Runner` for TVM RPC boards (executor ``tvm``).
+
+    ``key=None`` is direct mode: ``tracker_host:tracker_port`` is then one RPC server
+    (``python -m tvm.exec.rpc_server --host H --port P``), with no tracker.
+    ``session_timeout`` bounds one session on the server, which then kills it (a hung kernel);
+    default: the run's ``timeout_s`` + 30 s, so a timed-out run frees the board soon;
+    ``wait_timeout_s`` is how long a lost board may take to come back;
+    ``max_crashes`` is how often a session may die while its server stays registered before
+    the kernel is blamed (``RUNTIME_ERROR``).
+    """
+
+    def __init__(self, tracker_host: str | Board, tracker_port: int | None = None, key: str | None = None, *,
+                 tracker: tuple[str, int] | str | None = None, session_timeout: float | None = None,
+                 wait_timeout_s: float = 60.0, priority: int = 1, max_crashes: int = 2, seed: int = 0) -> None:
+        self._release: Callable[[], None] | None = None
+        if isinstance(tracker_host, Board):   # make_runner(board): the board's tracker, or a local one
+            board = tracker_host
+            (tracker_host, tracker_port), self._release = board_tracker(board, tracker)
+            key = board.rpc_key
+        if tracker_port is None:
+            raise BoardError("RPCRunner needs a tracker port (or a board)")
+        self.host = tracker_host
+        self.port = int(tracker_port)
+        self.key = key
+        self.session_timeout = session_timeout
+        self.wait_timeout_s = wait_timeout_s
+        self.priority = priority
+        self.max_crashes = max_crashes
+        self.seed = seed
+        self.lost_sessions = 0
+        """Sessions that died mid-measurement and were measured again."""
+        self._data: tuple[int, list[np.ndarray], np.ndarray | None] | None = None
+
+    def close(self) -> None:
+        """Stop the loopback tracker and server this runner started for the ``local`` board."""
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+    @classmethod
+    def direct(cls, address: str, **kwargs: Any) -> "RPCRunner":
+        """A runner for one server at ``host:port`` (no tracker)."""
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise BoardError(f"RPC address {address!r} must be host:port, e.g. 127.0.0.1:9090")
+        return cls(host, int(port), None, **kwargs)
+
+    @property
+    def where(self) -> str:
+        """Human description of what this runner talks to."""
+        if self.key is None:
+            return f"RPC server {self.host}:{self.port}"
+        return f"key {self.key!r} at tracker {self.host}:{self.port}"
+
+    # -- sessions ----------------------------------------------------------------------
+    def _connect(self, timeout: float) -> Any:
+        from tvm import rpc
+
+        session_timeout = self.session_timeout or timeout + 30.0
+        if self.key is None:
+            return rpc.connect(self.host, self.port, session_timeout=session_timeout)
+        return rpc.connect_tracker(self.host, self.port).request(
+            self.key, priority=self.priority, session_timeout=session_timeout, max_retry=1)
+
+    def board_present(self) -> bool:
+        """True when the tracker lists a server of this key (direct mode: the port accepts)."""
+        if self.key is None:
+            import socket
+
+            try:
+                with socket.create_connection((self.host, self.port), timeout=2.0):
+                    return True
+            except OSError:
+                return False
+        from toolkit.rpc.tracker import tracker_summary
+
+        try:
+            info = tracker_summary(self.host, self.port)
+        except BoardError:
+            return False
+        return any(s.get("key", "").split(":", 1)[-1] == self.key for s in info.get("server_info", []))
+
+    def wait_for_board(self, timeout: float) -> bool:
+        """Poll until a board of this key is registered again (or ``timeout`` passes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.board_present():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
+    # -- measurement -------------------------------------------------------------------
+    def _inputs(self, template: Template, check: bool) -> tuple[list[np.ndarray], np.ndarray | None]:
+        if self._data is None or self._data[0] != id(template) or (check and self._data[2] is None):
+            inputs = template.make_inputs(np.random.default_rng(self.seed))
+            ref = template.reference(inputs) if check else None
+            self._data = (id(template), inputs, ref)
+        return self._data[1], self._data[2]
+
+    def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
+            options: MeasureOptions) -> list[MeasureResult]:
+        inputs, ref = self._inputs(template, options.check)
+        return [self._measure(template, config, artifact, options, inputs, ref) for config, artifact in items]
+
+    def _measure(self, template: Template, config: Config, artifact: Artifact, options: MeasureOptions,
+                 inputs: list[np.ndarray], ref: np.ndarray | None) -> MeasureResult:
+        def result(**kw: Any) -> MeasureResult:
+            return MeasureResult(index=config.index, config=dict(config.values), features=dict(artifact.features),
+                                 build_s=artifact.build_s, run_s=time.perf_counter() - started, **kw)
+
+        started = time.perf_counter()
+        crashes = 0
+        lost = "it was not registered"
+        while True:
+            if not self.wait_for_board(self.wait_timeout_s):
+                return result(error=ErrorClass.BOARD_LOST,
+                              message=f"{self.where} did not come back within {self.wait_timeout_s:.0f} s ({lost})")
+            try:
+                costs, wrong = self._attempt(template, artifact, options, inputs, ref)
+            except TimeoutError as exc:
+                if not self.board_present():
+                    lost = f"lost during the run: {exc}"
+                    self.lost_sessions += 1
+                    continue
+                return result(error=ErrorClass.TIMEOUT, message=str(exc))
+            except BoardLost as exc:
+                lost = str(exc)
+                self.lost_sessions += 1
+                if self.board_present():
+                    crashes += 1
+                    if crashes > self.max_crashes:
+                        return result(error=ErrorClass.RUNTIME_ERROR,
+                                      message=f"the session died {crashes} times while the board stayed up: {exc}")
+                continue
+            except RuntimeError as exc:
+                return result(error=ErrorClass.RUNTIME_ERROR, message=_short(exc))
+            if wrong:
+                return result(error=ErrorClass.WRONG_ANSWER, message=wrong)
+            return result(costs=costs)
+
+    def _attempt(self, template: Template, artifact: Artifact, options: MeasureOptions,
+                 inputs: list[np.ndarray], ref: np.ndarray | None) -> tuple[list[float], str]:
+        """One session: upload, check, time. Runs in a thread so a hung kernel times out.
+
+        ``timeout_s`` counts from the first run on the board; getting a session (queued at
+        the tracker behind other users) and uploading have ``wait_timeout_s`` + 60 s.
+        """
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = self._session_measure(template, artifact, options, inputs, ref, box)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=work, name="edgetune-rpc-measure", daemon=True)
+        begun = time.monotonic()
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            now = time.monotonic()
+            if "run_started" in box:
+                if now - box["run_started"] > options.timeout_s:
+                    raise TimeoutError(f"the run did not finish within {options.timeout_s:.0f} s")
+            elif now - begun > self.wait_timeout_s + 60.0:
+                raise BoardLost(f"no session and upload within {self.wait_timeout_s + 60.0:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _session_measure(self, template: Template, artifact: Artifact, options: MeasureOptions,
+                         inputs: list[np.ndarray], ref: np.ndarray | None,
+                         box: dict[str, Any]) -> tuple[list[float], str]:
+        import tvm
+
+        if artifact.kind != "tvm-library":
+            raise RuntimeError(f"RPCRunner measures TVM libraries, not {artifact.kind!r} artifacts")
+        try:
+            sess = self._connect(options.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions
+            raise BoardLost(f"no session from {self.where}: {_short(exc)}") from None
+        stage = "upload"
+        try:
+            name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
+            _upload(sess, artifact, name)
+            stage = "load"
+            mod = sess.load_module(name)
+            dev = sess.cuda(0) if template.profile.family == "cuda" else sess.cpu(0)
+            args = [tvm.runtime.tensor(x, dev) for x in inputs]
+            out_shape = ref.shape if ref is not None else template.output_shape()  # type: ignore[attr-defined]
+            out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
+            stage = "run"
+            box["run_started"] = time.monotonic()
+            if ref is not None:
+                mod["main"](*args, out)
+                got = out.numpy()
+                if not np.allclose(got, ref, rtol=RTOL, atol=ATOL):
+                    bad = ~np.isclose(got, ref, rtol=RTOL, atol=ATOL)
+                    return [], (f"{int(bad.sum())} of {bad.size} outputs differ from the reference "
+                                f"(max abs error {float(np.nanmax(np.abs(got - ref))):.3g})")
+            timer = mod.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
+                                       min_repeat_ms=int(math.ceil(options.min_repeat_ms)))
+            costs = [float(c) for c in timer(*args, out).results]
+            return costs, ""
+        except Exception as exc:  # noqa: BLE001
+            if _looks_lost(exc):
+                raise BoardLost(f"session lost during {stage}: {_short(exc)}") from None
+            raise RuntimeError(f"{stage} failed on {self.where}: {_short(exc)}") from None
+
+
+def board_tracker(board: Board, tracker: tuple[str, int] | str | None = None
+                  ) -> tuple[tuple[str, int], Callable[[], None] | None]:
+    """Tracker address of ``board`` and a release function when one was started for it.
+
+    A board without a host (the built-in ``local``) gets a loopback tracker and RPC server
+    (:func:`toolkit.rpc.tracker.ensure_local_rpc`); other boards use ``tracker``, else where the
+    board was provisioned, else the tracker ``edgetune tracker start`` runs.
+    """
+    if isinstance(tracker, tuple):
+        return (tracker[0], int(tracker[1])), None
+    if tracker is None and (board.entry is None or not board.entry.host):
+        from toolkit.rpc.tracker import ensure_local_rpc
+
+        host, port, stop = ensure_local_rpc(board.rpc_key)
+        return (host, port), stop
+    from toolkit.rpc.service import tracker_address
+
+    if tracker is None:
+        from toolkit.rpc.provision import board_state
+
+        state = board_state(board.name)
+        if state:
+            return (state["tracker"][0], int(state["tracker"][1])), None
+    return tracker_address(tracker), None
+
+
+def _upload(sess: Any, artifact: Artifact, name: str) -> None:
+    if artifact.payload:
+        fd, path = tempfile.mkstemp(suffix=".so", prefix="edgetune-upload-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(artifact.payload)
+            sess.upload(path, name)
+        finally:
+            os.unlink(path)
+    elif artifact.path:
+        sess.upload(artifact.path, name)
+    else:
+        raise RuntimeError("the artifact has neither a payload nor a path")
+
+
+def _looks_lost(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectionError, EOFError, BrokenPipeError)):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(h in text for h in _LOST_HINTS)
+
+
+def _short(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    pick = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else type(exc).__name__)
+    return pick[:300]

@@ -1,0 +1,160 @@
+"""Chameleon (Ahn et al., ICLR 2020): RL exploration + adaptive sampling, and its two ablations.
+
+- ``chameleon``: PPO exploration against an XGBoost regression model, then adaptive sampling
+  (k-means knee on the cardinal knobs, one measurement per cluster, sample synthesis);
+- ``rl``: PPO exploration, AutoTVM-style top-``plan_size`` measurement (no sampling);
+- ``sa-as``: AutoTVM's simulated annealing + adaptive sampling.
+
+All three run AutoTVM's loop (:class:`ModelBasedTuner`): ``plan_size`` random configs first, then
+fit -> search -> measure. With adaptive sampling the model is refit after the k sampled configs are
+measured (the reference's ``next_update += len(trials)``), not after ``plan_size``.
+
+>>> from toolkit.tuning.tuners.base import make_tuner
+>>> t = make_tuner("chameleon", seed=0, episodes=64)
+>>> t.params["episodes"], t.params["reduction"], t.params["k_threshold"]
+(64, 'mode', 2.5)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolkit.tuning.cost_model import XGBCostModel
+from toolkit.tuning.measure_result import MeasureResult
+from toolkit.tuning.ppo import RLOptimizer
+from toolkit.tuning.sa import SimulatedAnnealing
+from toolkit.tuning.sampling import K_RULES, REDUCTIONS, adaptive_sample
+from toolkit.tuning.tuners.base import Option, TuningContext, register
+from toolkit.tuning.tuners.model_based import ModelBasedTuner
+
+MODEL_OPTIONS = {
+    "loss": Option("reg", "cost-model loss: reg (Chameleon: regression on normalised throughput) or rank", str,
+                   ("reg", "rank")),
+    "max_rounds": Option(400, "upper bound on boosting rounds per fit (early stopping after 20 flat rounds)", int),
+}
+
+RL_OPTIONS = {
+    "episodes": Option(128, "PPO episodes per search round, run as one batch (reference parallel_size)", int),
+    "max_steps": Option(500, "step limit of one episode (reference n_iter)", int),
+    "stay_ratio": Option(0.75, "an episode ends when this share of knobs stayed or hit a bound", float),
+    "hidden": Option(20, "width of the two policy trunk layers", int),
+    "head_hidden": Option(3, "width of the two hidden layers of each per-knob head", int),
+    "value_hidden": Option(20, "width of the three value-network layers", int),
+    "temperature": Option(0.1, "divisor applied inside each per-knob head", float),
+    "lr": Option(1e-3, "Adam learning rate (eps 1e-5)", float),
+    "epochs": Option(3, "PPO epochs per update", int),
+    "minibatch": Option(32, "PPO minibatch size (transitions)", int),
+    "gamma": Option(0.9, "discount factor", float),
+    "lam": Option(0.99, "GAE lambda", float),
+    "clip": Option(0.2, "PPO clip epsilon", float),
+    "c1": Option(1.0, "value-loss coefficient", float),
+    "c2": Option(0.3, "entropy coefficient (summed over knob heads)", float),
+    "torch_threads": Option(1, "torch CPU threads during the search", int),
+}
+
+SAMPLING_OPTIONS = {
+    "k_min": Option(8, "smallest number of clusters tried", int),
+    "k_max": Option(64, "largest number of clusters tried", int),
+    "k_step": Option(8, "step between cluster counts tried", int),
+    "k_threshold": Option(2.5, "knee: stop when the k-means loss no longer drops by this factor", float),
+    "k_rule": Option("knee", "knee: keep the last k that paid off; stop: keep the k where the loop stopped "
+                     "(reference code)", str, K_RULES),
+    "n_cardinal": Option(2, "cluster on this many knobs with the most options", int),
+    "reduction": Option("mode", "synthesis of a redundant sample: mode (per-knob mode of its cluster, paper) or "
+                        "sample (centroid + random candidate values, reference code)", str, REDUCTIONS),
+}
+
+SA_OPTIONS = {
+    "sa_chains": Option(128, "parallel simulated-annealing chains", int),
+    "sa_steps": Option(500, "simulated-annealing steps per plan", int),
+    "sa_early_stop": Option(50, "stop annealing after this many steps without a better candidate", int),
+    "sa_persistent": Option(True, "annealing chains continue across plans", bool),
+}
+
+
+class _ModelMixin(ModelBasedTuner):
+    def _make_model(self) -> Any:
+        return XGBCostModel(loss=self.params["loss"], seed=self.seed + self.train_ct,
+                            plan_size=self.params["plan_size"], max_rounds=self.params["max_rounds"])
+
+
+class _RLMixin(_ModelMixin):
+    def _make_optimizer(self) -> RLOptimizer:
+        p = self.params
+        return RLOptimizer(
+            n_episodes=p["episodes"], max_steps=p["max_steps"], stay_ratio=p["stay_ratio"], seed=self.seed,
+            torch_threads=p["torch_threads"], lr=p["lr"], epochs=p["epochs"], minibatch=p["minibatch"],
+            gamma=p["gamma"], lam=p["lam"], clip=p["clip"], c1=p["c1"], c2=p["c2"], hidden=p["hidden"],
+            head_hidden=p["head_hidden"], value_hidden=p["value_hidden"], temperature=p["temperature"],
+        )
+
+    def stats(self) -> dict[str, float]:
+        rewards = self.optimizer.mean_rewards
+        return {**super().stats(), "rl_steps": float(self.optimizer.n_steps),
+                "rl_mean_reward": rewards[-1] if rewards else float("nan")}
+
+
+class _SamplingMixin(ModelBasedTuner):
+    """Adaptive sampling between the optimizer and measurement; refit after the k samples."""
+
+    def setup(self, ctx: TuningContext) -> None:
+        super().setup(ctx)
+        self._next_update = self.params["plan_size"]
+        self.sampled_k: list[int] = []
+        self._n_synth = self._n_rand = 0
+
+    def _find_candidates(self, num: int) -> list[int]:
+        cands = super()._find_candidates(num)
+        p = self.params
+        out = adaptive_sample(self.space, cands, self.visited, self.rng, k_min=p["k_min"], k_max=p["k_max"],
+                              k_step=p["k_step"], threshold=p["k_threshold"], n_cardinal=p["n_cardinal"],
+                              reduction=p["reduction"], rule=p["k_rule"])
+        self.sampled_k.append(len(out.indices))
+        self._n_synth += out.n_synthesized
+        self._n_rand += out.n_random
+        return out.indices
+
+    def _replan(self) -> None:
+        super()._replan()
+        self._next_update = len(self.xs) + max(len(self.trials), 1)
+
+    def update(self, results: Sequence[MeasureResult]) -> None:
+        self._record(results)
+        if len(self.xs) >= self._next_update and self.flops_max > 1e-6:
+            self._replan()
+
+    def stats(self) -> dict[str, float]:
+        k = self.sampled_k
+        return {**super().stats(), "sample_k_mean": float(np.mean(k)) if k else float("nan"),
+                "synthesized": float(self._n_synth), "random_fill": float(self._n_rand)}
+
+
+@register
+class RLTuner(_RLMixin):
+    """Chameleon's PPO exploration, measuring AutoTVM's top plan_size candidates (ablation: no sampling)."""
+
+    name = "rl"
+    options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **RL_OPTIONS}
+
+
+@register
+class SAASTuner(_SamplingMixin, _ModelMixin):
+    """AutoTVM's simulated annealing + Chameleon's adaptive sampling (ablation: no RL)."""
+
+    name = "sa-as"
+    options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **SA_OPTIONS, **SAMPLING_OPTIONS}
+
+    def _make_optimizer(self) -> SimulatedAnnealing:
+        p = self.params
+        return SimulatedAnnealing(n_chains=p["sa_chains"], n_steps=p["sa_steps"], early_stop=p["sa_early_stop"],
+                                  persistent=p["sa_persistent"])
+
+
+@register
+class ChameleonTuner(_SamplingMixin, _RLMixin):
+    """Chameleon (ICLR 2020): PPO exploration + adaptive sampling, XGBoost regression cost model."""
+
+    name = "chameleon"
+    options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **RL_OPTIONS, **SAMPLING_OPTIONS}

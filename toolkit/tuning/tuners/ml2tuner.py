@@ -1,0 +1,371 @@
+"""``ml2tuner`` and ``chameleon-ml2``: multi-level models around a model-based search.
+
+ML2Tuner (Cha et al., arXiv 2411.10764 / LCTES 2025) adds two models to AutoTVM's loop:
+
+- **ModelP** — the ``xgb`` baseline's cost model on knob features; it guides the explorer;
+- **ModelV** — a validity classifier on the same knob features (:class:`~toolkit.tuning.validity.ValidityModel`),
+  trained on every attempt so far, valid or not;
+- **ModelA** — a cost model on knob features **plus the compiler's features** of each config
+  (``TuningContext.compile_features``: compile without measuring, no board time).
+
+One round: the explorer (simulated annealing guided by ModelP) proposes ``(alpha + 1) * N``
+unmeasured candidates; ModelV drops the predicted-invalid ones; the rest are compiled to read
+their features (a compile failure is recorded as an invalid config **without a trial** and kept as
+a free negative label for ModelV); ModelA ranks the survivors and the top ``N`` are measured; all
+three models are refitted before the next round. ``N`` is the ``plan_size`` option.
+
+``chameleon-ml2`` replaces the explorer by Chameleon's reinforcement-learning search and keeps its
+adaptive sampling: the RL candidates pass ModelV and the compiler, are clustered on the cardinal
+knobs with Chameleon's knee rule for k, and from each cluster the member ModelA rates best is
+measured (so k configs per round, chosen by the clustering; ModelA picks within each cluster).
+
+The choices the paper leaves open are listed in ``docs/tuners.md`` (section ``ml2tuner``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolkit.tuning.cost_model import XGBCostModel
+from toolkit.tuning.measure_result import MeasureResult
+from toolkit.tuning.sa import SimulatedAnnealing
+from toolkit.tuning.sampling import cardinal_knobs, select_k
+from toolkit.tuning.tuners.base import Option, TuningContext, register
+from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, RL_OPTIONS, SAMPLING_OPTIONS, _RLMixin
+from toolkit.tuning.tuners.xgb import XGBTuner
+from toolkit.tuning.validity import ValidityModel
+
+MIN_VALID_FOR_A = 4
+"""ModelA is fitted once this many valid measurements have compile features; before that ModelP ranks."""
+
+
+@register
+class ML2Tuner(XGBTuner):
+    """ML2Tuner: ModelP-guided simulated annealing, ModelV filter, ModelA re-ranking.
+
+    >>> from toolkit.tuning.tuners.base import make_tuner
+    >>> t = make_tuner("ml2tuner", seed=0, plan_size=8, alpha=1)
+    >>> t.params["plan_size"], t.params["alpha"], t.params["precision"]
+    (8, 1, 0.9)
+    """
+
+    name = "ml2tuner"
+    options = {
+        **XGBTuner.options,
+        "plan_size": Option(16, "N: configs measured per round; all three models are refitted every round", int),
+        "alpha": Option(3, "the explorer proposes (alpha + 1) * N candidates per round", int),
+        "epsilon": Option(0.0, "fraction of each round drawn at random (still filtered by ModelV and the compiler)",
+                          float),
+        "precision": Option(0.9, "ModelV threshold: smallest with cross-validated precision of 'valid' >= this",
+                            float),
+        "v_explore": Option(0.05, "share of each round given to candidates ModelV rejects (exploration)",
+                            float),
+        "v_hidden": Option(True, "after compiling, a second validity model on knob + compile features filters again "
+                           "(an edgetune addition; False = the paper's pipeline)", bool),
+        "negatives_in_p": Option(True, "compile failures found while reading features enter ModelP as throughput 0",
+                                 bool),
+        "a_invalid": Option("zero", "invalid trials in ModelA's training set: zero (throughput 0) or drop", str,
+                            ("zero", "drop")),
+        "use_a": Option(True, "rank survivors with ModelA (False: with ModelP, the ablation without hidden features)",
+                        bool),
+    }
+
+    # -- setup / hooks -----------------------------------------------------------------------
+    def setup(self, ctx: TuningContext) -> None:
+        super().setup(ctx)
+        self.failed: set[int] = set()            # compile failures found for features: invalid, never trials
+        self.hidden: dict[int, dict[str, float]] = {}
+        self.hidden_keys: list[str] = []         # ModelA's compile-feature columns, in first-seen order
+        self._hidden_key_set: set[str] = set()
+        self.v_index: list[int] = []             # ModelV data: every trial and every free negative
+        self.v_valid: list[bool] = []
+        self.queue: list[int] = []
+        self.model_v: ValidityModel | None = None
+        self.model_vh: ValidityModel | None = None
+        self.model_a: XGBCostModel | None = None
+        self._n = {"rounds": 0, "candidates": 0, "v_rejected": 0, "v_explored": 0, "compiled": 0,
+                   "compile_failed": 0, "a_fits": 0, "fallback": 0, "vh_rejected": 0}
+        self._compile_s = 0.0
+        self._v_s = 0.0
+
+    def _make_optimizer(self) -> SimulatedAnnealing:
+        # Keep every candidate whatever its score sign: rank-loss scores are not throughputs.
+        return SimulatedAnnealing(n_chains=self.params["sa_chains"], n_steps=self.params["sa_steps"],
+                                  early_stop=self.params["sa_early_stop"], persistent=self.params["sa_persistent"],
+                                  min_score=None)
+
+    def _fit(self) -> None:
+        """ModelP on the trials (failed = 0) and, optionally, the free negatives (0)."""
+        xs, ys = list(self.xs), list(self.ys)
+        if self.params["negatives_in_p"]:
+            xs += sorted(self.failed)
+            ys += [0.0] * len(self.failed)
+        self.model = self._make_model().fit(self._features(xs), np.asarray(ys))
+
+    def _explore(self, num: int, exclude: set[int]) -> list[int]:
+        """Up to ``num`` candidates outside ``exclude``, best first (random while ModelP is unfitted)."""
+        if self.model is None:
+            return self.space.sample(num, self.rng, exclude=exclude)
+        found = self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng)
+        if len(found) < num:  # the annealer saw too few distinct points: top up at random
+            found += self.space.sample(num - len(found), self.rng, exclude=exclude | set(found))
+        return [int(i) for i in found]
+
+    # -- compile-time features ------------------------------------------------------------------
+    def _compile(self, indices: Sequence[int]) -> list[int]:
+        """Compile the configs without features yet; returns those that compiled (in input order).
+
+        Compile failures join ``failed`` and ModelV's data as invalid; they are not trials."""
+        todo = [i for i in indices if i not in self.hidden and i not in self.failed]
+        if todo and self.ctx.compile_features is not None:
+            t0 = time.perf_counter()
+            out = self.ctx.compile_features(todo)
+            self._compile_s += time.perf_counter() - t0
+            self._n["compiled"] += len(todo)
+            for i, feat in zip(todo, out):
+                if isinstance(feat, MeasureResult):
+                    self.failed.add(i)
+                    self.v_index.append(i)
+                    self.v_valid.append(False)
+                    self._n["compile_failed"] += 1
+                else:
+                    self._store_hidden(i, feat)
+        elif todo:
+            for i in todo:
+                self.hidden[i] = {}
+        return [i for i in indices if i not in self.failed]
+
+    def _store_hidden(self, index: int, feat: dict[str, float]) -> None:
+        self.hidden[index] = {k: float(v) for k, v in feat.items()}
+        for k in feat:
+            if k not in self._hidden_key_set:
+                self._hidden_key_set.add(k)
+                self.hidden_keys.append(k)
+
+    def _features_a(self, indices: Sequence[int]) -> np.ndarray:
+        """ModelA's features: knob features + compile features (NaN where a config lacks one)."""
+        hid = np.array([[self.hidden.get(i, {}).get(k, np.nan) for k in self.hidden_keys] for i in indices],
+                       dtype=np.float64).reshape(len(indices), len(self.hidden_keys))
+        return np.hstack([self.space.features(indices), hid])
+
+    # -- the three models ----------------------------------------------------------------------
+    def _fit_v(self) -> None:
+        """ModelV on every attempt; with ``v_hidden`` also the post-compile model on compiled trials."""
+        if not self.v_index:
+            return
+        t0 = time.perf_counter()
+        seed = self.seed + self._n["rounds"]
+        self.model_v = ValidityModel(precision=self.params["precision"], seed=seed)
+        self.model_v.fit(self._features(self.v_index), np.asarray(self.v_valid))
+        self.model_vh = None
+        if self.params["v_hidden"] and self.ctx.compile_features is not None:
+            rows = [(i, ok) for i, ok in zip(self.v_index, self.v_valid) if i in self.hidden]
+            if rows:
+                self.model_vh = ValidityModel(precision=self.params["precision"], seed=seed)
+                self.model_vh.fit(self._features_a([i for i, _ in rows]), np.asarray([ok for _, ok in rows]))
+        self._v_s += time.perf_counter() - t0
+
+    def _fit_a(self) -> None:
+        """ModelA on measured configs with compile features (compiling resumed records lazily)."""
+        self.model_a = None
+        if not self.params["use_a"] or self.ctx.compile_features is None:
+            return
+        missing = [i for i in self.xs if i not in self.hidden and i not in self.failed]
+        if missing:
+            self._compile(missing)
+        keep = [(x, y) for x, y in zip(self.xs, self.ys)
+                if x in self.hidden and (y > 0 or self.params["a_invalid"] == "zero")]
+        if sum(1 for _, y in keep if y > 0) < MIN_VALID_FOR_A:
+            return
+        xs = [x for x, _ in keep]
+        self.model_a = XGBCostModel(loss=self.params["loss"], seed=self.seed + self.train_ct,
+                                    plan_size=self.params["plan_size"], max_rounds=self.params["max_rounds"])
+        self.model_a.fit(self._features_a(xs), np.asarray([y for _, y in keep]))
+        self._n["a_fits"] += 1
+
+    def _rank(self, indices: list[int]) -> list[int]:
+        """Best first by ModelA (ModelP before ModelA exists; input order before either)."""
+        if not indices:
+            return []
+        if self.model_a is not None:
+            scores = self.model_a.predict(self._features_a(indices))
+        elif self.model is not None:
+            scores = self.model.predict(self._features(indices))
+        else:
+            return list(indices)
+        return [indices[j] for j in np.argsort(-scores, kind="stable")]
+
+    def _filter_v(self, cands: list[int]) -> tuple[list[int], list[int]]:
+        """(kept, rejected) by ModelV, both in input order."""
+        if not cands or self.model_v is None:
+            return list(cands), []
+        ok = self.model_v.predict(self._features(cands))
+        self._n["v_rejected"] += int((~ok).sum())
+        return [c for c, o in zip(cands, ok) if o], [c for c, o in zip(cands, ok) if not o]
+
+    # -- one round -------------------------------------------------------------------------------
+    def _survivors(self, cands: list[int]) -> tuple[list[int], list[int]]:
+        """(compiled candidates that ModelV — and the post-compile model — let through, the rejects)."""
+        kept, rejected = self._filter_v(cands)
+        alive = self._compile(kept)
+        if alive and self.model_vh is not None:
+            ok = self.model_vh.predict(self._features_a(alive))
+            self._n["vh_rejected"] += int((~ok).sum())
+            rejected = [c for c, o in zip(alive, ok) if not o] + rejected
+            alive = [c for c, o in zip(alive, ok) if o]
+        return alive, rejected
+
+    def _fallback(self, exclude: set[int], rejected: list[int]) -> list[int]:
+        """When no candidate survives: random unmeasured configs through the same filters; failing
+        that, ModelV's most-likely-valid rejects (so a too-strict ModelV cannot stall the search)."""
+        self._n["fallback"] += 1
+        n = self.params["plan_size"]
+        pool = self.space.sample(4 * (self.params["alpha"] + 1) * n, self.rng, exclude=exclude | set(rejected))
+        alive, more = self._survivors(pool)
+        rejected = rejected + more
+        if alive or not rejected:
+            return alive
+        p = self.model_v.predict_proba(self._features(rejected))
+        return self._compile([rejected[j] for j in np.argsort(-p, kind="stable")[:n]])
+
+    def _choose(self, alive: list[int]) -> list[int]:
+        """The configs to measure this round, best first: ModelA's top N."""
+        return self._rank(alive)[: self.params["plan_size"]]
+
+    def _explore_rejects(self, plan: list[int], rejected: list[int]) -> list[int]:
+        """Give ``v_explore * N`` slots (stochastically rounded) to ModelV's rejects that compile,
+        best by the explorer first, so ModelV's mistakes can be found and unlearnt."""
+        n = self.params["plan_size"]
+        k = int(self.params["v_explore"] * n + self.rng.random())
+        if not k or not rejected:
+            return plan
+        extra = self._compile(rejected[: 2 * k])[:k]
+        self._n["v_explored"] += len(extra)
+        return plan[: max(0, n - len(extra))] + extra
+
+    def _plan(self) -> list[int]:
+        """Refit the models on everything so far and build the next round's measurement list."""
+        n = self.params["plan_size"]
+        t0 = time.perf_counter()
+        if self.flops_max > 1e-6:
+            self._fit()
+            self.train_ct += 1
+        self._fit_v()
+        self._fit_a()
+        t1 = time.perf_counter()
+        exclude = self.visited | self.failed
+        cands = self._explore((self.params["alpha"] + 1) * n, exclude)
+        self._search_s += time.perf_counter() - t1
+        self._fit_s += t1 - t0
+        self._n["rounds"] += 1
+        self._n["candidates"] += len(cands)
+        alive, rejected = self._survivors(cands)
+        if not alive:
+            alive, rejected = self._fallback(exclude, rejected), []
+        plan = self._explore_rejects(self._choose(alive), rejected)
+        n_random = min(int(self.params["epsilon"] * n), len(plan))
+        if n_random:
+            rand = self._compile(self._filter_v(self.space.sample(
+                4 * n_random, self.rng, exclude=exclude | set(plan)))[0])[:n_random]
+            plan = plan[: len(plan) - len(rand)] + rand
+        return plan
+
+    # -- ask/tell ----------------------------------------------------------------------------------
+    def propose(self, n: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < n and len(self.visited) + len(self.failed) < self.space.size:
+            if not self.queue:
+                self.queue = [i for i in self._plan() if i not in self.visited]
+                if not self.queue:
+                    continue  # the round only found compile failures: they are excluded now
+            index = self.queue.pop(0)
+            if index in self.visited or index in self.failed:
+                continue
+            out.append(index)
+            self.visited.add(index)
+        return out
+
+    def _record(self, results: Sequence[MeasureResult]) -> None:
+        # A result's own features may include what the measurement added (e.g. simulator counters),
+        # so ModelA's compile features always come from compile_features (lazily for resumed records).
+        super()._record(results)
+        for r in results:
+            self.v_index.append(int(r.index))
+            self.v_valid.append(bool(r.valid))
+
+    def update(self, results: Sequence[MeasureResult]) -> None:
+        self._record(results)  # models are refitted when the next round is planned
+
+    def load_history(self, results: Sequence[MeasureResult]) -> None:
+        self._record(results)
+
+    def stats(self) -> dict[str, float]:
+        v = self.model_v
+        return {
+            **super().stats(),
+            **{k: float(x) for k, x in self._n.items()},
+            "compile_s": self._compile_s,
+            "v_fit_s": self._v_s,
+            "v_threshold": float(v.threshold_) if v is not None else 0.0,
+            "v_cv_precision": float(v.cv_precision_) if v is not None else 0.0,
+        }
+
+
+@register
+class ChameleonML2Tuner(ML2Tuner):
+    """``chameleon-ml2``: Chameleon's PPO exploration and adaptive sampling, with ModelV and ModelA.
+
+    Per round the RL agent (reward: ModelP) proposes ``(alpha + 1) * N`` candidates; ModelV and the
+    compiler filter them as in ``ml2tuner``; the survivors are clustered on the cardinal knobs
+    (k-means, k by Chameleon's knee rule) and from each cluster the member ModelA rates best is
+    measured. The number measured per round is k, Chameleon's adaptive sample count; N only sets
+    the candidate count. Every measured config is a real, unmeasured candidate, so Chameleon's
+    sample synthesis (for redundant centroids) is not needed.
+
+    >>> from toolkit.tuning.tuners.base import make_tuner
+    >>> t = make_tuner("chameleon-ml2", seed=0, episodes=32)
+    >>> t.params["loss"], t.params["plan_size"] * (t.params["alpha"] + 1), t.params["episodes"]
+    ('reg', 64, 32)
+    """
+
+    name = "chameleon-ml2"
+    options = {
+        **{k: v for k, v in ML2Tuner.options.items() if not k.startswith("sa_")},
+        **MODEL_OPTIONS,
+        **RL_OPTIONS,
+        **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
+        "plan_size": Option(16, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
+    }
+
+    def setup(self, ctx: TuningContext) -> None:
+        super().setup(ctx)
+        self.sampled_k: list[int] = []
+
+    def _make_optimizer(self) -> Any:
+        return _RLMixin._make_optimizer(self)
+
+    def _choose(self, alive: list[int]) -> list[int]:
+        """One config per k-means cluster of the survivors: the cluster member ModelA rates best."""
+        if len(alive) <= 1:
+            return list(alive)
+        p = self.params
+        knobs = self.space.knob_indices_array(alive)
+        points = knobs[:, cardinal_knobs(self.space.dims, p["n_cardinal"])].astype(np.float64)
+        clus = select_k(points, self.rng, p["k_min"], p["k_max"], p["k_step"], p["k_threshold"], p["k_rule"])
+        rank = {i: j for j, i in enumerate(self._rank(alive))}
+        best: dict[int, int] = {}
+        for i, label in zip(alive, clus.labels):
+            if int(label) not in best or rank[i] < rank[best[int(label)]]:
+                best[int(label)] = i
+        self.sampled_k.append(len(best))
+        return sorted(best.values(), key=rank.__getitem__)
+
+    def stats(self) -> dict[str, float]:
+        rewards = self.optimizer.mean_rewards
+        k = self.sampled_k
+        return {**super().stats(), "rl_steps": float(self.optimizer.n_steps),
+                "rl_mean_reward": rewards[-1] if rewards else float("nan"),
+                "sample_k_mean": float(np.mean(k)) if k else float("nan")}

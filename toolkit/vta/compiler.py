@@ -1,0 +1,684 @@
+"""edgetune's VTA conv2d compiler: TVM's ``conv2d_packed.vta`` schedule, lowered and JIT-ed as TVM v0.18 does.
+
+For a workload and a schedule config (the AutoTVM knobs ``tile_b/h/w/ci/co``, ``oc_nthread``,
+``h_nthread``) it emits the instruction stream and micro-op kernels TVM's VTA runtime would build:
+loop order ``(b_o, h0, co0, w0 | co1, h1, w1)``, per output tile a GEMM reset, then per input-channel
+step a padded 2-D ``LOAD INP`` and a ``LOAD WGT`` and the GEMM kernel (two loops folded into
+``iter_out``/``iter_in``, the rest as micro-ops), then ALU ``SHR``, optional ``LOAD ACC`` bias +
+``ADD``, ``MIN 127``, ``MAX 0`` and a ``STORE``. Virtual threads get their own SRAM regions and are
+interleaved statement by statement; dependency tokens are placed by an emulation of the runtime's
+``InsnQueue`` (pending pops, push folding, NOPs, ``Synchronize``), so the stream is TVM's
+instruction for instruction (see ``tests/vta/test_fidelity.py``).
+
+>>> from toolkit.vta.config import get_preset
+>>> from toolkit.workloads import parse_workload
+>>> cfg = {"tile_h": [7, 8], "tile_w": [1, 56], "tile_ci": [4, 1], "tile_co": [2, 2],
+...        "oc_nthread": 2, "h_nthread": 1}
+>>> c = compile_conv2d(parse_workload("resnet18.C2"), cfg, get_preset("pynq"))
+>>> len(c.program.insns), c.features["insn.total"]
+(270, 270.0)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+from toolkit.vta import checks
+from toolkit.vta.checks import ScheduleConfigError, TVMCompatError
+from toolkit.vta.config import (
+    DRAM_ADDR_BITS,
+    IMM_BITS,
+    LOOP_ITER_BITS,
+    PAD_BITS,
+    SIZE_BITS,
+    SRAM_ADDR_BITS,
+    STRIDE_BITS,
+    VTAConfig,
+)
+from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemId, MemInsn, Opcode, Uop
+from toolkit.vta.program import Program, allocate_regions
+from toolkit.vta.uops import Kernel, check_hazard
+from toolkit.workloads import Conv2dWorkload
+
+KNOBS = ("tile_b", "tile_h", "tile_w", "tile_ci", "tile_co", "oc_nthread", "h_nthread")
+LOAD, COMPUTE, STORE = 1, 2, 3  # runtime pipeline stages (kLoadStage ...)
+_NONE = 0
+
+
+# --------------------------------------------------------------------------------------------------
+# schedule
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Schedule:
+    """A validated config: ``[outer, inner]`` splits and thread counts."""
+
+    tb: tuple[int, int]
+    th: tuple[int, int]
+    tw: tuple[int, int]
+    tci: tuple[int, int]
+    tco: tuple[int, int]
+    oc_nthread: int
+    h_nthread: int
+
+    @property
+    def threads(self) -> int:
+        return self.oc_nthread * self.h_nthread
+
+
+def parse_schedule(workload: Conv2dWorkload, config: dict[str, Any], hw: VTAConfig) -> Schedule:
+    """Validate ``config`` against ``workload`` (:class:`ScheduleConfigError` names the bad knob)."""
+    wl = workload
+    if not isinstance(config, dict):
+        raise ScheduleConfigError(f"a VTA schedule config is a JSON object with knobs {', '.join(KNOBS)}")
+    unknown = set(config) - set(KNOBS)
+    if unknown:
+        raise ScheduleConfigError(f"unknown knob(s) {sorted(unknown)}; VTA conv2d knobs are {', '.join(KNOBS)}")
+    for what, n, block in (("batch", wl.n, hw.batch), ("CI", wl.ci, hw.block_in), ("CO", wl.co, hw.block_out)):
+        if n % block:
+            raise ScheduleConfigError(f"workload {what}={n} is not a multiple of the VTA block {block}; "
+                                      "pad the layer to a multiple first")
+    lengths = {"tile_b": wl.n // hw.batch, "tile_h": wl.oh, "tile_w": wl.ow,
+               "tile_ci": wl.ci // hw.block_in, "tile_co": wl.co // hw.block_out}
+    splits = {}
+    for knob, length in lengths.items():
+        value = config.get(knob, [length, 1] if knob == "tile_b" else None)
+        if value is None:
+            raise ScheduleConfigError(f"config is missing knob {knob!r} (a split [outer, inner] of {length})")
+        if (not isinstance(value, (list, tuple)) or len(value) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+            raise ScheduleConfigError(f"knob {knob} must be [outer, inner] positive integers, got {value!r}")
+        if value[0] * value[1] != length:
+            raise ScheduleConfigError(f"knob {knob}={list(value)} does not split {length} "
+                                      f"({value[0]} x {value[1]} != {length})")
+        splits[knob] = (int(value[0]), int(value[1]))
+    threads = {}
+    for knob in ("oc_nthread", "h_nthread"):
+        value = config.get(knob)
+        if value not in (1, 2) or isinstance(value, bool):
+            raise ScheduleConfigError(f"knob {knob} must be 1 or 2, got {value!r}")
+        threads[knob] = int(value)
+    if splits["tile_b"][1] != 1:
+        raise ScheduleConfigError(f"tile_b={list(splits['tile_b'])}: batch tiles of more than one batch block "
+                                  "are not supported (TVM's schedule never applies tile_b); use [N/B, 1]")
+    return Schedule(splits["tile_b"], splits["tile_h"], splits["tile_w"], splits["tile_ci"], splits["tile_co"],
+                    threads["oc_nthread"], threads["h_nthread"])
+
+
+def tvm_compat_violation(workload: Conv2dWorkload, config: dict[str, Any], hw: VTAConfig) -> str | None:
+    """Why TVM v0.18's VTA lowering/runtime cannot build or run ``config`` (a software limit), or None.
+
+    The rule, derived from ``InjectVirtualThread``/``InjectDMAIntrin`` (``vta/python/vta/transform.py``)
+    and the runtime's ``UopKernelMap``:
+
+    * a virtual-thread split that does not divide its axis leaves a guard around each copy
+      ("Cannot match copy pattern");
+    * ``oc_nthread = h_nthread = 2`` makes each micro-op kernel depend on two thread variables, whose
+      signature the runtime rejects ("nbytes == 0 || nbytes == sizeof(int)");
+    * the padded input copy must be exactly ``(rows, columns, block)`` after dropping unit loops:
+      more input-channel blocks per load pad "the innermost block"; fewer loops hit "Limitation of
+      2D pad load";
+    * every other copy (unpadded input, weights, store) must fold into one 2-D DMA
+      (:func:`~toolkit.vta.checks.tvm_2d_dims`), else "cannot detect 2d pattern".
+
+    Capacity and micro-op hazards are hardware limits and are checked in both modes.
+    """
+    wl = workload
+    for knob, length in (("tile_co", wl.co // hw.block_out), ("tile_h", wl.oh)):
+        nthread = config.get("oc_nthread" if knob == "tile_co" else "h_nthread", 1)
+        if config[knob][0] % nthread:
+            return (f"TVM cannot split {knob} outer {config[knob][0]} into {nthread} virtual threads "
+                    "(Cannot match copy pattern)")
+    if config.get("oc_nthread", 1) > 1 and config.get("h_nthread", 1) > 1:
+        return "TVM's runtime rejects micro-op kernels of two virtual-thread axes (nbytes == sizeof(int) check)"
+    tb = config.get("tile_b", [1, 1])
+    if tb[1] != 1:
+        return "TVM's schedule never applies tile_b"
+    th, tw, tci, tco = config["tile_h"][1], config["tile_w"][1], config["tile_ci"][1], config["tile_co"][1]
+    h_ext = (th - 1) * wl.sh + wl.kh
+    w_ext = (tw - 1) * wl.sw + wl.kw
+    if wl.ph or wl.pw:
+        ndim = sum(e > 1 for e in (hw.batch, tci, h_ext, w_ext)) + 1
+        if ndim <= 2:
+            return f"TVM cannot pad a load of {ndim} dimensions (Limitation of 2D pad load forbid ndim={ndim})"
+        if ndim > 3 or hw.batch > 1:
+            return "TVM cannot pad an input load of several channel blocks (Do not support pad on the innermost block)"
+    elif checks.tvm_2d_dims([tci, h_ext, w_ext], [wl.h * wl.w, wl.w, 1]) > 2:
+        return "TVM cannot express the input load as one 2-D DMA (Scope[local.inp_buffer]: cannot detect 2d pattern)"
+    if checks.tvm_2d_dims([tco, th, tw], [wl.oh * wl.ow, wl.ow, 1]) > 2:
+        return "TVM cannot express the output store as one 2-D DMA (Scope[local.acc_buffer]: cannot detect 2d pattern)"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# the runtime's instruction queue
+# --------------------------------------------------------------------------------------------------
+class _Queue:
+    """Instruction list with ``InsnQueue``'s dependency-token bookkeeping and ``UopQueue``'s cache."""
+
+    def __init__(self, hw: VTAConfig, uop_base: int) -> None:
+        self.insns: list[Insn] = []
+        self.stage = _NONE  # pipeline stage of the last instruction (load NOPs count as none)
+        self.pop_prev = [0, 0, 0, 0]
+        self.pop_next = [0, 0, 0, 0]
+        self.kinds: Counter = Counter()
+        # micro-op cache
+        self.uop_depth = hw.uop_depth
+        self.uop_base = uop_base
+        self.uop_end = 0
+        self.cache: list[list] = []  # [kernel record] in SRAM order; record = [offset, size, begin, end]
+        self.uop_loaded = 0  # micro-ops moved by LOAD UOP
+
+    # -- tokens
+    def _new(self, insn: Insn, stage: int, kind: str) -> Insn:
+        insn.pop_prev = bool(self.pop_prev[stage])
+        insn.pop_next = bool(self.pop_next[stage])
+        self.pop_prev[stage] = self.pop_next[stage] = 0
+        self.insns.append(insn)
+        self.stage = stage
+        self.kinds[kind] += 1
+        return insn
+
+    def noop(self, stage: int, push_prev=False, push_next=False, pop_prev=False, pop_next=False) -> None:
+        if stage == STORE:
+            insn = MemInsn(Opcode.STORE, MemId.OUT, 0, 0, 0, 0, 0)
+            kind = "nop_store"
+        else:
+            insn = MemInsn(Opcode.LOAD, MemId.INP if stage == LOAD else MemId.UOP, 0, 0, 0, 0, 0)
+            kind = "nop_load" if stage == LOAD else "nop_compute"
+        insn.push_prev, insn.push_next, insn.pop_prev, insn.pop_next = push_prev, push_next, pop_prev, pop_next
+        self.insns.append(insn)
+        self.stage = STORE if stage == STORE else _NONE
+        self.kinds[kind] += 1
+
+    def commit(self, stage: int) -> None:
+        if self.pop_prev[stage] or self.pop_next[stage]:
+            self.noop(stage, pop_prev=bool(self.pop_prev[stage]), pop_next=bool(self.pop_next[stage]))
+            self.pop_prev[stage] = self.pop_next[stage] = 0
+
+    def pop(self, frm: int, to: int) -> None:
+        pend = self.pop_prev if frm < to else self.pop_next
+        if pend[to]:
+            self.commit(to)
+        pend[to] = 1
+
+    def push(self, frm: int, to: int) -> None:
+        self.commit(frm)
+        if self.insns and self.stage == frm:
+            last = self.insns[-1]
+            if frm < to and not last.push_next:
+                last.push_next = True
+                return
+            if frm > to and not last.push_prev:
+                last.push_prev = True
+                return
+        if frm < to:
+            self.noop(frm, push_next=True)
+        else:
+            self.noop(frm, push_prev=True)
+
+    # -- instructions
+    def mem(self, op: Opcode, mem: MemId, sram: int, dram: int, y: int, x: int, stride: int,
+            pads: tuple[int, int, int, int], kind: str) -> None:
+        stage = STORE if op == Opcode.STORE else (LOAD if mem in (MemId.INP, MemId.WGT) else COMPUTE)
+        self._new(MemInsn(op, mem, sram, dram, y, x, stride, *pads), stage, kind)
+
+    def use_kernel(self, rec: list) -> None:
+        """``UopQueue::Push`` + ``FlushUopLoad``: load the kernel if it is not cached."""
+        offset, size, begin, end = rec
+        if begin != end:
+            return
+        if self.uop_end + size > self.uop_depth:  # the cache wraps: evict everything
+            for r in self.cache:
+                r[2] = r[3] = 0
+            self.cache = []
+            self.uop_end = 0
+        rec[2], rec[3] = self.uop_end, self.uop_end + size
+        # kernels overwritten by this one lose their place
+        for r in self.cache:
+            if r is not rec and r[2] < rec[3] and r[3] > rec[2]:
+                r[2] = r[3] = 0
+        self.cache.append(rec)
+        self.uop_end += size
+        self._new(MemInsn(Opcode.LOAD, MemId.UOP, rec[2], self.uop_base + offset, 1, size, size),
+                  COMPUTE, "load_uop")
+        self.uop_loaded += size
+
+    def finish(self) -> None:
+        """``CommandQueue::Synchronize``."""
+        self.push(STORE, COMPUTE)
+        self.push(LOAD, COMPUTE)
+        self.pop(STORE, COMPUTE)
+        self.pop(LOAD, COMPUTE)
+        self.commit(COMPUTE)
+        self._new(FinishInsn(), COMPUTE, "finish")
+
+
+# --------------------------------------------------------------------------------------------------
+# compiled result
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class CompiledConv2d:
+    """A compiled conv2d: the program, its compile-time features, and what it was compiled from."""
+
+    program: Program
+    features: dict[str, float]
+    workload: Conv2dWorkload
+    config: dict
+    hw: VTAConfig
+    plan: dict = field(default_factory=dict, repr=False)
+
+
+def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
+                   shift: int = 8, tvm_compat: bool = False) -> CompiledConv2d:
+    """Compile ``workload`` under schedule ``config`` for ``hw``.
+
+    Raises a :class:`~toolkit.vta.errors.VTAError` subclass from :mod:`toolkit.vta.checks` for any
+    violated limit before emitting, and :class:`TVMCompatError` with ``tvm_compat=True`` for a
+    schedule TVM v0.18 could not build or run (:func:`tvm_compat_violation`).
+    """
+    from toolkit.vta.features import compile_features
+
+    wl = workload
+    cfg = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in config.items()}
+    sch = parse_schedule(wl, cfg, hw)
+    cfg.setdefault("tile_b", list(sch.tb))
+    if not -(1 << (IMM_BITS - 1)) <= shift < (1 << (IMM_BITS - 1)):
+        raise checks.FieldWidthError(f"ALU immediate shift={shift} does not fit int16", resource="alu_imm",
+                                     needed=shift, available=(1 << (IMM_BITS - 1)) - 1)
+    sch, plan = _checked_plan(wl, cfg, sch, hw, bias, tvm_compat)
+    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift)
+    plan["uop_load_elems"] = uop_loaded
+    features = compile_features(wl, sch, hw, plan, kinds, bias)
+    return CompiledConv2d(program, features, wl, cfg, hw, plan)
+
+
+def check_config(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
+                 tvm_compat: bool = False) -> None:
+    """Every check of :func:`compile_conv2d` without emitting (fast validity test); raises the same errors."""
+    cfg = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in config.items()}
+    sch = parse_schedule(workload, cfg, hw)
+    cfg.setdefault("tile_b", list(sch.tb))
+    _checked_plan(workload, cfg, sch, hw, bias, tvm_compat)
+
+
+def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, bias: bool, tvm_compat: bool):
+    plan = _plan(wl, sch, hw, bias)  # hardware limits first, in both modes
+    if tvm_compat:
+        why = tvm_compat_violation(wl, cfg, hw)
+        if why:
+            raise TVMCompatError(why + "; compile without tvm_compat to use edgetune's lowering",
+                                 resource="tvm_lowering")
+    return sch, plan
+
+
+# --------------------------------------------------------------------------------------------------
+# planning: buffers, kernels, DMA shapes and every check
+# --------------------------------------------------------------------------------------------------
+def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool) -> dict:
+    T = sch.threads
+    th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
+    h_ext = (th - 1) * wl.sh + wl.kh
+    w_ext = (tw - 1) * wl.sw + wl.kw
+    inp_tile = tci * h_ext * w_ext
+    wgt_tile = tco * tci * wl.kh * wl.kw
+    out_tile = tco * th * tw
+    acc_tile = out_tile + (tco if bias else 0)
+    checks.capacity([("local.inp_buffer", T * inp_tile, hw.inp_depth),
+                     ("local.wgt_buffer", T * wgt_tile, hw.wgt_depth),
+                     ("local.acc_buffer", T * acc_tile, hw.acc_depth),
+                     ("local.out_buffer", T * out_tile, hw.out_depth)])
+
+    kernels = []  # per thread: dict name -> Kernel
+    for t in range(T):
+        ib, wb, ab = t * inp_tile, t * wgt_tile, t * acc_tile
+        reset = Kernel.build([(tw, 1, 0, 0), (tco, th * tw, 0, 0), (th, tw, 0, 0)], (ab, 0, 0))
+        gemm = Kernel.build([
+            (tci, 0, h_ext * w_ext, wl.kh * wl.kw),
+            (tw, 1, wl.sw, 0),
+            (wl.kw, 0, 1, 1),
+            (wl.kh, 0, w_ext, wl.kw),
+            (tco, th * tw, 0, tci * wl.kh * wl.kw),
+            (th, tw, wl.sh * w_ext, 0),
+        ], (ab, ib, wb))
+        alu = Kernel.single([(out_tile, 1, 1, 0)], ab, ab)
+        ks = {"reset": reset, "gemm": gemm, "shr": alu, "min": alu, "max": alu}
+        if bias:
+            hw_ = th * tw
+            loops = [(tco, hw_, 1, 0), (hw_, 1, 0, 0)] if hw_ > 1 else [(tco, 1, 1, 0)]
+            ks["add"] = Kernel.single([lp for lp in loops if lp[0] > 1] or [(1, 0, 0, 0)], ab, ab + out_tile)
+        kernels.append(ks)
+    for name in ("reset", "gemm"):
+        k = kernels[0][name]
+        checks.need(checks.UopBufferError, "uop_buffer", len(k), hw.uop_depth, f"micro-ops for the {name} kernel")
+    for name in ("reset", "gemm"):
+        check_hazard(kernels[0][name], f"{name} kernel")
+    # ISA fields of the kernels (thread T-1 has the largest indices)
+    fw = hw.field_widths
+    for ks in (kernels[0], kernels[-1]):
+        for name, k in ks.items():
+            eo, ei, do, di, so, si, wo, wi = k.insn_loops(alu=name not in ("reset", "gemm"))
+            checks.field("iter_out", eo, LOOP_ITER_BITS)
+            checks.field("iter_in", ei, LOOP_ITER_BITS)
+            checks.field("dst_factor", max(do, di), fw["dst_factor"])
+            checks.field("src_factor", max(so, si), fw["src_factor"] if name == "gemm" else fw["dst_factor"])
+            checks.field("wgt_factor", max(wo, wi), fw["wgt_factor"])
+            checks.field("uop.dst", int(k.dst.max()), fw["uop_dst"])
+            checks.field("uop.src", int(k.src.max()), fw["uop_src"])
+            checks.field("uop.wgt", int(k.wgt.max()), fw["uop_wgt"])
+    # DMA shapes (per thread, per tile), see _emit
+    inp_dma = _inp_pattern(wl, tci, h_ext, w_ext)
+    out_dma = _out_pattern(wl, tco, th, tw)
+    cib = wl.ci // hw.block_in
+    wgt_x = tci * wl.kh * wl.kw
+    wgt_dma = (1, tco * wgt_x, tco * wgt_x) if tci == cib else (tco, wgt_x, cib * wl.kh * wl.kw)
+    for name, (y, x, stride) in (("inp", inp_dma[1:]), ("wgt", wgt_dma), ("out", out_dma[1:])):
+        checks.dma(f"{name}.y_size", y, (1 << SIZE_BITS) - 1)
+        checks.dma(f"{name}.x_size", x, (1 << SIZE_BITS) - 1)
+        checks.dma(f"{name}.x_stride", stride, (1 << STRIDE_BITS) - 1)
+    pad_max = max(wl.ph, wl.pw, max(0, (sch.th[0] * th - 1) * wl.sh + wl.kh - wl.ph - wl.h),
+                  max(0, (sch.tw[0] * tw - 1) * wl.sw + wl.kw - wl.pw - wl.w))
+    checks.dma("pad", pad_max, (1 << PAD_BITS) - 1)
+    checks.field("sram_base", T * max(inp_tile, wgt_tile, acc_tile), SRAM_ADDR_BITS)
+    if min(h_ext, w_ext) <= max(wl.ph, wl.pw) and (wl.ph or wl.pw):
+        # a tile could read padding only; hardware padding needs at least one real row and column
+        for h0 in range(sch.th[0]):
+            r0 = h0 * th * wl.sh - wl.ph
+            if min(r0 + h_ext, wl.h) - max(r0, 0) <= 0:
+                raise checks.DMALimitError("an input tile reads only padding rows; choose a larger tile_h inner",
+                                           resource="inp.y_size", needed=0, available=1)
+        for w0 in range(sch.tw[0]):
+            c0 = w0 * tw * wl.sw - wl.pw
+            if min(c0 + w_ext, wl.w) - max(c0, 0) <= 0:
+                raise checks.DMALimitError("an input tile reads only padding columns; choose a larger tile_w inner",
+                                           resource="inp.x_size", needed=0, available=1)
+    return {"h_ext": h_ext, "w_ext": w_ext, "inp_tile": inp_tile, "wgt_tile": wgt_tile, "out_tile": out_tile,
+            "acc_tile": acc_tile, "kernels": kernels, "inp_dma": inp_dma, "out_dma": out_dma, "wgt_dma": wgt_dma}
+
+
+def _inp_pattern(wl: Conv2dWorkload, tci: int, h_ext: int, w_ext: int) -> tuple[int, int, int, int]:
+    """``(n_dma, y, x, stride)`` of one thread's input tile (full tile, before padding is cut)."""
+    hwsz = wl.h * wl.w
+    if wl.ph or wl.pw or tci == 1:
+        return tci, h_ext, w_ext, wl.w  # one DMA per channel block (TVM: tci must be 1 when padded)
+    if w_ext == wl.w and h_ext == wl.h:
+        return 1, 1, tci * hwsz, tci * hwsz
+    if w_ext == wl.w:
+        return 1, tci, h_ext * wl.w, hwsz
+    if h_ext == 1:
+        return 1, tci, w_ext, hwsz
+    return tci, h_ext, w_ext, wl.w
+
+
+def _out_pattern(wl: Conv2dWorkload, tco: int, th: int, tw: int) -> tuple[int, int, int, int]:
+    """``(n_dma, y, x, stride)`` of one thread's output tile store (TVM's fold of (co, h, w))."""
+    plane = wl.oh * wl.ow
+    if tw == wl.ow and th == wl.oh:
+        return 1, 1, tco * plane, tco * plane
+    if tw == wl.ow:
+        return 1, tco, th * wl.ow, plane
+    if tco == 1:
+        return 1, th, tw, wl.ow
+    if th == 1:
+        return 1, tco, tw, plane
+    return tco, th, tw, wl.ow
+
+
+# --------------------------------------------------------------------------------------------------
+# emission
+# --------------------------------------------------------------------------------------------------
+def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bool, shift: int):
+    B, BI, BO = hw.batch, hw.block_in, hw.block_out
+    nb, cib, cob = wl.n // B, wl.ci // BI, wl.co // BO
+    tensors = [("inp", (nb, cib, wl.h, wl.w, B, BI), "int8"),
+               ("wgt", (cob, cib, wl.kh, wl.kw, BO, BI), "int8")]
+    if bias:
+        tensors.append(("bias", (nb, cob, 1, 1, B, BO), "int32"))
+    tensors.append(("out", (nb, cob, wl.oh, wl.ow, B, BO), "int8"))
+    kernels = plan["kernels"]
+    T = sch.threads
+    names = ["reset", "gemm", "shr", "add", "min", "max"] if bias else ["reset", "gemm", "shr", "min", "max"]
+    # micro-op image: kernels in recording order (reset t*, gemm t*, ALU ops per thread)
+    order = [(t, "reset") for t in range(T)] + [(t, "gemm") for t in range(T)] + \
+            [(t, n) for t in range(T) for n in names[2:]]
+    uops: list[Uop] = []
+    recs: dict[tuple[int, str], list] = {}
+    for key in order:
+        k = kernels[key[0]][key[1]]
+        recs[key] = [len(uops), len(k), 0, 0]
+        uops.extend(Uop(int(d), int(s), int(w)) for d, s, w in zip(k.dst, k.src, k.wgt))
+    regions = allocate_regions(hw, tensors, len(uops))
+    base = {"inp": regions["inp"].offset // hw.inp_elem_bytes, "wgt": regions["wgt"].offset // hw.wgt_elem_bytes,
+            "out": regions["out"].offset // hw.out_elem_bytes}
+    if bias:
+        base["bias"] = regions["bias"].offset // hw.acc_elem_bytes
+    checks.field("dram_base", regions["uop"].offset // hw.uop_bytes + len(uops), DRAM_ADDR_BITS)
+    q = _Queue(hw, regions["uop"].offset // hw.uop_bytes)
+
+    th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
+    h_ext, w_ext = plan["h_ext"], plan["w_ext"]
+    inp_tile, wgt_tile, acc_tile, out_tile = plan["inp_tile"], plan["wgt_tile"], plan["acc_tile"], plan["out_tile"]
+    n_ci0 = sch.tci[0]
+    n_inp, iy, ix, istride = plan["inp_dma"]
+    n_out, oy, ox, ostride = plan["out_dma"]
+    wy, wx, wstride = plan["wgt_dma"]
+    padded = bool(wl.ph or wl.pw)
+
+    gemm_insn = {}
+    for t in range(T):
+        for name in names:
+            k = kernels[t][name]
+            gemm_insn[(t, name)] = k.insn_loops(alu=name not in ("reset", "gemm"))
+    alu_ops = [(AluOp.SHR, True, shift, "shr")]
+    if bias:
+        alu_ops.append((AluOp.ADD, False, 0, "add"))
+    alu_ops += [(AluOp.MIN, True, 127, "min"), (AluOp.MAX, True, 0, "max")]
+
+    # per-thread coordinates
+    threads = [(vo, vh) for vo in range(sch.oc_nthread) for vh in range(sch.h_nthread)]
+    # a thread split that does not divide its axis leaves threads idle in the last iterations
+    outer = [(b, h0o, c0o, w0) for b in range(nb) for h0o in range(-(-sch.th[0] // sch.h_nthread))
+             for c0o in range(-(-sch.tco[0] // sch.oc_nthread)) for w0 in range(sch.tw[0])]
+    loop = len(outer) > 1
+    even = sch.th[0] % sch.h_nthread == 0 and sch.tco[0] % sch.oc_nthread == 0
+
+    def active(h0o: int, c0o: int) -> list[tuple[int, int, int]]:
+        """``(thread, h-tile, co-tile)`` of the threads with a tile in this iteration."""
+        out = []
+        for t, (vo, vh) in enumerate(threads):
+            h0, co0 = h0o * sch.h_nthread + vh, c0o * sch.oc_nthread + vo
+            if h0 < sch.th[0] and co0 < sch.tco[0]:
+                out.append((t, h0, co0))
+        return out
+
+    # per-axis pieces of the DMA fields, precomputed once
+    row_pads = []  # per h-tile: (first real row, y_size, y_pad0, y_pad1)
+    for h0 in range(sch.th[0]):
+        r0 = h0 * th * wl.sh - wl.ph
+        yp0, yp1 = max(0, -r0), max(0, r0 + h_ext - wl.h)
+        row_pads.append((r0 + yp0, h_ext - yp0 - yp1, yp0, yp1))
+    col_pads = []
+    for w0 in range(sch.tw[0]):
+        c0 = w0 * tw * wl.sw - wl.pw
+        xp0, xp1 = max(0, -c0), max(0, c0 + w_ext - wl.w)
+        col_pads.append((c0 + xp0, w_ext - xp0 - xp1, xp0, xp1))
+    per_dma_inp = padded or n_inp > 1
+    n_inp_dma = n_inp if per_dma_inp else 1
+    khw = wl.kh * wl.kw
+
+    def tile_mem(b: int, h0o: int, c0o: int, w0: int) -> list[tuple]:
+        """Address fields ``(sram, dram, y, x, stride, y_pad0, y_pad1, x_pad0, x_pad1)`` of every LOAD
+        INP/WGT/ACC and STORE of one outer iteration, in emission order."""
+        coords = active(h0o, c0o)
+        out = []
+        if bias:
+            for t, h0, co0 in coords:
+                out.append((t * acc_tile + out_tile, base["bias"] + b * cob + co0 * tco, 1, tco, tco, 0, 0, 0, 0))
+        c_first, xs, xp0, xp1 = col_pads[w0]
+        rows = [row_pads[h0] for _, h0, _ in coords]
+        for ci0 in range(n_ci0):
+            for (t, h0, co0), (r_first, ys, yp0, yp1) in zip(coords, rows):
+                if per_dma_inp:
+                    for c in range(n_inp):
+                        dram = base["inp"] + ((b * cib + ci0 * tci + c) * wl.h + r_first) * wl.w + c_first
+                        out.append((t * inp_tile + c * h_ext * w_ext, dram, ys, xs, wl.w, yp0, yp1, xp0, xp1))
+                else:
+                    dram = base["inp"] + ((b * cib + ci0 * tci) * wl.h + r_first) * wl.w + c_first
+                    out.append((t * inp_tile, dram, iy, ix, istride, 0, 0, 0, 0))
+                out.append((t * wgt_tile, base["wgt"] + (co0 * tco * cib + ci0 * tci) * khw, wy, wx, wstride,
+                            0, 0, 0, 0))
+        for t, h0, co0 in coords:
+            for c in range(n_out):
+                dram = base["out"] + ((b * cob + co0 * tco + c) * wl.oh + h0 * th) * wl.ow + w0 * tw
+                out.append((t * acc_tile + c * th * tw, dram, oy, ox, ostride, 0, 0, 0, 0))
+        return out
+
+    def gemm(t: int, name: str) -> None:
+        rec = recs[(t, name)]
+        q.use_kernel(rec)
+        eo, ei, do, di, so, si, wo, wi = gemm_insn[(t, name)]
+        q._new(GemmInsn(name == "reset", rec[2], rec[3], eo, ei, do, di, so, si, wo, wi), COMPUTE,
+               "gemm_reset" if name == "reset" else "gemm")
+
+    def emit_iteration(b: int, h0o: int, c0o: int, w0: int) -> None:
+        """One outer iteration through the runtime emulation."""
+        mem = iter(tile_mem(b, h0o, c0o, w0))
+
+        def dma(op: Opcode, mid: MemId, kind: str) -> None:
+            sram, dram, y, x, stride, *pads = next(mem)
+            q.mem(op, mid, sram, dram, y, x, stride, tuple(pads), kind)
+
+        # an idle thread (uneven split) keeps its token operations, as NOPs: tokens are counted, not
+        # per buffer, so the alternation of the threads' pushes and pops is what protects each buffer
+        on = {t for t, _, _ in active(h0o, c0o)}
+        for t in range(T):
+            if loop:
+                q.pop(STORE, COMPUTE)
+            if t in on:
+                if bias:
+                    dma(Opcode.LOAD, MemId.ACC, "load_acc")
+                gemm(t, "reset")
+            q.push(COMPUTE, LOAD)
+        for _ci0 in range(n_ci0):
+            for t in range(T):
+                q.pop(COMPUTE, LOAD)
+                if t in on:
+                    for _c in range(n_inp_dma):
+                        dma(Opcode.LOAD, MemId.INP, "load_inp")
+                    dma(Opcode.LOAD, MemId.WGT, "load_wgt")
+                q.push(LOAD, COMPUTE)
+            for t in range(T):
+                q.pop(LOAD, COMPUTE)
+                if t in on:
+                    gemm(t, "gemm")
+                if n_ci0 > 1:
+                    q.push(COMPUTE, LOAD)
+        if n_ci0 > 1:
+            for t in range(T):
+                q.pop(COMPUTE, LOAD)
+        for t in range(T):
+            if t in on:
+                for op, use_imm, imm, name in alu_ops:
+                    rec = recs[(t, name)]
+                    q.use_kernel(rec)
+                    eo, ei, do, di, so, si, _wo, _wi = gemm_insn[(t, name)]
+                    q._new(AluInsn(False, rec[2], rec[3], eo, ei, do, di, so, si, op, use_imm, imm), COMPUTE,
+                           f"alu_{op.name.lower()}")
+            q.push(COMPUTE, STORE)
+        for t in range(T):
+            q.pop(COMPUTE, STORE)
+            if t in on:
+                for _c in range(n_out):
+                    dma(Opcode.STORE, MemId.OUT, "store")
+            if loop:
+                q.push(STORE, COMPUTE)
+
+    if loop:
+        for _ in threads:
+            q.push(STORE, COMPUTE)
+    _emit_all(q, outer, emit_iteration, tile_mem, clone=even)
+    if loop:
+        for _ in threads:
+            q.pop(STORE, COMPUTE)
+    q.finish()
+    meta = {"kind": "conv2d", "workload": wl.to_dict(), "config": {
+        "tile_b": list(sch.tb), "tile_h": list(sch.th), "tile_w": list(sch.tw), "tile_ci": list(sch.tci),
+        "tile_co": list(sch.tco), "oc_nthread": sch.oc_nthread, "h_nthread": sch.h_nthread},
+        "bias": bias, "shift": shift}
+    return Program(hw, q.insns, uops, regions, meta), q.kinds, q.uop_loaded
+
+
+CLONE_MIN_ITERATIONS = 5
+"""Outer iterations from which :func:`_emit_all` clones the steady-state iteration (tests raise it)."""
+_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+_ADDR = ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad0", "y_pad1", "x_pad0", "x_pad1")
+
+
+def _emit_all(q: _Queue, outer: list[tuple], emit_iteration, tile_mem, clone: bool = True) -> None:
+    """Emit every outer iteration: the first three through the runtime emulation, the rest by cloning the
+    steady-state iteration and patching its addresses (identical result, several times faster).
+
+    Cloning is used only when every iteration has all threads (``clone``), and iterations 1 and 2 leave
+    the emulator in the same state and have the same instructions up to addresses; otherwise every
+    iteration is emulated.
+    """
+    n = len(outer)
+    if n < CLONE_MIN_ITERATIONS or not clone:
+        for it in outer:
+            emit_iteration(*it)
+        return
+    emit_iteration(*outer[0])
+    s1 = len(q.insns)
+    emit_iteration(*outer[1])
+    e1 = len(q.insns)
+    snap1 = [dict(i.__dict__) for i in q.insns[s1:e1]]
+    state1 = (tuple(q.pop_prev), tuple(q.pop_next), q.stage, q.uop_end, q.uop_loaded)
+    kinds1 = Counter(q.kinds)
+    emit_iteration(*outer[2])
+    e2 = len(q.insns)
+    state2 = (tuple(q.pop_prev), tuple(q.pop_next), q.stage, q.uop_end, q.uop_loaded)
+    length = e1 - s1
+    steady = state1 == state2 and e2 - e1 == length
+    if steady:
+        for a, b, d in zip(q.insns[e1:e2], q.insns[s1:e1], snap1):
+            da = a.__dict__
+            if type(a) is not type(b) or any(da[k] != d[k] for k in d if k not in _ADDR) or (
+                    "x_size" in d and (da["x_size"] == 0) != (d["x_size"] == 0)):
+                steady = False
+                break
+    if not steady:
+        for it in outer[3:]:
+            emit_iteration(*it)
+        return
+    # what iteration 2 changed in iteration 1 (token flags folded onto its last instructions)
+    mods = [(k, f, q.insns[s1 + k].__dict__[f]) for k, d in enumerate(snap1) for f in _FLAGS
+            if q.insns[s1 + k].__dict__[f] != d[f]]
+    types = [type(i) for i in q.insns[s1:e1]]
+    mem_pos = [k for k, (t, d) in enumerate(zip(types, snap1))
+               if t is MemInsn and d["x_size"] and d["mem"] != MemId.UOP]
+    fresh = set(mem_pos) | {k for k, _, _ in mods}
+    # address-free instructions no later iteration modifies are shared between the cloned iterations
+    shared = {k: q.insns[e1 + k] for k in range(length) if k not in fresh}
+    per_iter = Counter({k: v - kinds1.get(k, 0) for k, v in q.kinds.items()})
+    insns = q.insns
+    new = object.__new__
+    layout = [(k, types[k], snap1[k], shared.get(k)) for k in range(length)]
+    mem_set = set(mem_pos)
+    for it in outer[3:]:
+        prev = len(insns) - length
+        for k, f, v in mods:
+            setattr(insns[prev + k], f, v)
+        params = iter(tile_mem(*it))
+        for k, t, d, obj in layout:
+            if obj is None:
+                obj = new(t)
+                if k in mem_set:
+                    obj.__dict__ = {**d, **dict(zip(_ADDR, next(params)))}
+                else:
+                    obj.__dict__ = d.copy()
+            insns.append(obj)
+    for k, v in per_iter.items():
+        q.kinds[k] += v * (n - 3)
+    q.stage = state2[2]

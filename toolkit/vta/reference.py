@@ -1,0 +1,173 @@
+"""NumPy reference for VTA conv2d: packed layouts (TVM's ``NCHW{B}n{BI}c`` / ``OIHW{BO}o{BI}i``) and the
+requantised convolution TVM's VTA tests check against.
+
+The reference is: int32 convolution, arithmetic ``>> shift``, ``+ bias`` (optional, int32 per output
+channel), clip as ``min(., 127)`` then ``max(., 0)``, cast to int8.
+
+>>> import numpy as np
+>>> from toolkit.vta.config import get_preset
+>>> from toolkit.workloads import parse_workload
+>>> hw, wl = get_preset("pynq"), parse_workload("conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1")
+>>> data, weight, bias = random_inputs(wl, hw, np.random.default_rng(0), bias=True)
+>>> unpack_output(pack_output(conv2d_reference(unpack_input(data, hw), unpack_weight(weight, hw),
+...     unpack_bias(bias, hw), 8), hw), hw).shape
+(1, 16, 4, 4)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.errors import ConfigError
+from toolkit.vta.config import VTAConfig
+from toolkit.workloads import Conv2dWorkload
+
+
+def _blocks(n: int, block: int, what: str) -> int:
+    if n % block:
+        raise ConfigError(f"{what}={n} is not a multiple of the VTA block {block}; pad it to a multiple first")
+    return n // block
+
+
+def pack_input(data: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """NCHW -> (N/B, C/BI, H, W, B, BI)."""
+    n, c, h, w = data.shape
+    b, bi = hw.batch, hw.block_in
+    x = data.reshape(_blocks(n, b, "batch"), b, _blocks(c, bi, "input channels"), bi, h, w)
+    return np.ascontiguousarray(x.transpose(0, 2, 4, 5, 1, 3))
+
+
+def unpack_input(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """Inverse of :func:`pack_input`."""
+    nb, cb, h, w, b, bi = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3)).reshape(nb * b, cb * bi, h, w)
+
+
+def pack_weight(weight: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """OIHW -> (O/BO, I/BI, KH, KW, BO, BI)."""
+    o, i, kh, kw = weight.shape
+    bo, bi = hw.block_out, hw.block_in
+    x = weight.reshape(_blocks(o, bo, "output channels"), bo, _blocks(i, bi, "input channels"), bi, kh, kw)
+    return np.ascontiguousarray(x.transpose(0, 2, 4, 5, 1, 3))
+
+
+def unpack_weight(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """Inverse of :func:`pack_weight`."""
+    ob, ib, kh, kw, bo, bi = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3)).reshape(ob * bo, ib * bi, kh, kw)
+
+
+def pack_bias(bias: np.ndarray, hw: VTAConfig, batch: int = 1) -> np.ndarray:
+    """Per-channel int32 bias (CO,) -> (N/B, CO/BO, 1, 1, B, BO), repeated over the batch."""
+    co = bias.shape[0]
+    b, bo = hw.batch, hw.block_out
+    x = np.broadcast_to(bias.astype(np.int32).reshape(1, co // bo, 1, 1, 1, bo),
+                        (_blocks(batch, b, "batch"), _blocks(co, bo, "output channels"), 1, 1, b, bo))
+    return np.ascontiguousarray(x)
+
+
+def unpack_bias(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """The (CO,) bias of the first batch element of a packed bias."""
+    return packed[0, :, 0, 0, 0, :].reshape(-1).astype(np.int32)
+
+
+def pack_output(out: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """NCHW output -> (N/B, CO/BO, OH, OW, B, BO)."""
+    n, c, h, w = out.shape
+    b, bo = hw.batch, hw.block_out
+    x = out.reshape(n // b, b, c // bo, bo, h, w)
+    return np.ascontiguousarray(x.transpose(0, 2, 4, 5, 1, 3))
+
+
+def unpack_output(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
+    """(N/B, CO/BO, OH, OW, B, BO) -> NCHW (TVM's ``transpose(0, 4, 1, 5, 2, 3)``)."""
+    nb, cb, oh, ow, b, bo = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3)).reshape(nb * b, cb * bo, oh, ow)
+
+
+def conv2d_int32(data: np.ndarray, weight: np.ndarray, stride: tuple[int, int], pad: tuple[int, int]) -> np.ndarray:
+    """Plain int32 NCHW x OIHW convolution (no dilation, no groups)."""
+    n, c, h, w = data.shape
+    o, _, kh, kw = weight.shape
+    sh, sw = stride
+    ph, pw = pad
+    x = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=np.int32)
+    x[:, :, ph:ph + h, pw:pw + w] = data
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (w + 2 * pw - kw) // sw + 1
+    out = np.zeros((n, o, oh, ow), dtype=np.int64)
+    w64 = weight.astype(np.int64)
+    for dy in range(kh):
+        for dx in range(kw):
+            patch = x[:, :, dy:dy + sh * (oh - 1) + 1:sh, dx:dx + sw * (ow - 1) + 1:sw].astype(np.int64)
+            out += np.einsum("nchw,oc->nohw", patch, w64[:, :, dy, dx], optimize=True)
+    return out.astype(np.int32)  # int32 wrap-around, as the accumulator
+
+
+def conv2d_reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, shift: int,
+                     stride: tuple[int, int] = (1, 1), pad: tuple[int, int] | None = None) -> np.ndarray:
+    """``clip((conv(data, weight) >> shift) + bias, 0, 127).astype(int8)`` in NCHW.
+
+    ``pad`` defaults to "same" padding ``(KH // 2, KW // 2)``; clip is MIN 127 then MAX 0, as on VTA.
+    """
+    if pad is None:
+        pad = (weight.shape[2] // 2, weight.shape[3] // 2)
+    acc = conv2d_int32(data, weight, stride, pad)
+    acc = acc >> np.int32(shift) if shift >= 0 else (acc << np.int32(-shift))
+    if bias is not None:
+        acc = (acc.astype(np.int64) + bias.astype(np.int64).reshape(1, -1, 1, 1)).astype(np.int32)
+    acc = np.minimum(acc, 127)
+    acc = np.maximum(acc, 0)
+    return acc.astype(np.int8)
+
+
+def workload_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
+                       bias: np.ndarray | None, shift: int = 8) -> np.ndarray:
+    """:func:`conv2d_reference` with ``workload``'s stride and padding (NCHW in and out)."""
+    return conv2d_reference(data, weight, bias, shift, (workload.sh, workload.sw), (workload.ph, workload.pw))
+
+
+def random_inputs(workload: Conv2dWorkload, hw: VTAConfig, rng: np.random.Generator, *,
+                  bias: bool = False) -> list[np.ndarray]:
+    """Packed random int8 data and weights (and int32 bias), data first, as TVM's VTA tests draw them."""
+    wl = workload
+    data = rng.integers(-128, 128, size=(wl.n, wl.ci, wl.h, wl.w), dtype=np.int8)
+    weight = rng.integers(-128, 128, size=(wl.co, wl.ci, wl.kh, wl.kw), dtype=np.int8)
+    out = [pack_input(data, hw), pack_weight(weight, hw)]
+    if bias:
+        out.append(pack_bias(rng.integers(-128, 128, size=wl.co, dtype=np.int32), hw, wl.n))
+    return out
+
+
+def packed_reference(workload: Conv2dWorkload, hw: VTAConfig, inputs: list[np.ndarray], shift: int = 8) -> np.ndarray:
+    """The packed (N/B, CO/BO, OH, OW, B, BO) int8 output for packed ``inputs`` (see :func:`random_inputs`)."""
+    bias = unpack_bias(inputs[2], hw) if len(inputs) > 2 else None
+    out = workload_reference(workload, unpack_input(inputs[0], hw), unpack_weight(inputs[1], hw), bias, shift)
+    return pack_output(out, hw)
+
+
+def run_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False, shift: int = 8,
+               tvm_compat: bool = False, check: bool = True, timing_only: bool = False,
+               rng: np.random.Generator | None = None) -> dict:
+    """Compile, simulate and (with ``check``) compare against the NumPy reference.
+
+    Returns ``{"compiled", "counters", "cycles", "seconds", "output" (packed, or None), "correct"
+    (None unless checked)}``. ``timing_only`` skips data movement (counters and cycles only).
+    """
+    from toolkit.vta.compiler import compile_conv2d
+    from toolkit.vta.sim import simulate
+
+    compiled = compile_conv2d(workload, config, hw, bias=bias, shift=shift, tvm_compat=tvm_compat)
+    if timing_only:
+        result = simulate(compiled.program, timing_only=True)
+        return {"compiled": compiled, "counters": result.counters, "cycles": result.cycles,
+                "seconds": result.seconds, "output": None, "correct": None}
+    inputs = random_inputs(workload, hw, rng if rng is not None else np.random.default_rng(0), bias=bias)
+    named = dict(zip(("inp", "wgt", "bias"), inputs))
+    result = simulate(compiled.program, named)
+    out = result.outputs["out"].reshape(compiled.program.regions["out"].shape)
+    correct = None
+    if check:
+        correct = bool(np.array_equal(out, packed_reference(workload, hw, inputs, shift)))
+    return {"compiled": compiled, "counters": result.counters, "cycles": result.cycles, "seconds": result.seconds,
+            "output": out, "correct": correct}

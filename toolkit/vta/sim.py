@@ -1,0 +1,304 @@
+"""Functional + timing simulator of a VTA :class:`~toolkit.vta.program.Program`, numpy-vectorised.
+
+Semantics follow TVM's fsim (``sim_driver.cc``): zero-padding loads, int32 wrap-around, truncating
+int8 stores, reset GEMM, ALU MIN/MAX/ADD/SHR/MUL with an int16 immediate or an ACC source, SRAM and
+DRAM bounds checks, fsim's profiler counters. Instructions run in an order that respects every
+dependency token, given by the timing model (:mod:`toolkit.vta.timing`), which also yields cycles.
+
+>>> import numpy as np
+>>> from toolkit.vta.config import get_preset
+>>> from toolkit.vta.isa import FinishInsn
+>>> from toolkit.vta.program import Program, allocate_regions
+>>> hw = get_preset("pynq")
+>>> r = simulate(Program(hw, [FinishInsn()], [], allocate_regions(hw, [], 0)))
+>>> r.counters["gemm_counter"]
+0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toolkit.vta.errors import SimulatorBoundsError, VTAError
+from toolkit.vta.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode
+from toolkit.vta.program import Program
+from toolkit.vta.timing import PYNQ_CALIBRATED, TimingParams, dram_elem_bytes, schedule, seconds
+
+CHUNK = 1 << 18
+"""Micro-op applications executed per vectorised step (bounds the index and value arrays)."""
+COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
+            "gemm_counter", "alu_counter")
+
+
+@dataclass
+class SimResult:
+    """fsim counters, modelled device cycles, wall seconds (with host overhead), outputs, timing breakdown."""
+
+    counters: dict[str, int]
+    cycles: int
+    seconds: float
+    outputs: dict[str, np.ndarray] | None = None
+    breakdown: dict = field(default_factory=dict)
+
+
+class _Machine:
+    """SRAMs, DRAM and counters; ``execute`` runs one instruction."""
+
+    def __init__(self, program: Program, inputs: dict[str, np.ndarray] | None, timing_only: bool) -> None:
+        hw = self.hw = program.hw
+        self.program = program
+        self.skip = timing_only
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.uop_dst = np.zeros(hw.uop_depth, np.int64)
+        self.uop_src = np.zeros(hw.uop_depth, np.int64)
+        self.uop_wgt = np.zeros(hw.uop_depth, np.int64)
+        self.elem = {m: dram_elem_bytes(m, hw) for m in MemId}
+        self.dram_bytes = program.dram_bytes
+        self.dram = np.zeros(program.dram_bytes, np.uint8)
+        if "uop" in program.regions and program.uops:
+            r = program.regions["uop"]
+            words = program.uop_words().astype("<u%d" % hw.uop_bytes).view(np.uint8)
+            if words.size > r.nbytes:
+                raise VTAError(f"the uop region ({r.nbytes} B) is smaller than the micro-op image ({words.size} B)")
+            self.dram[r.offset: r.offset + words.size] = words
+        if not timing_only:
+            self.inp = np.zeros((hw.inp_depth, hw.batch, hw.block_in), np.int8)
+            self.wgt = np.zeros((hw.wgt_depth, hw.block_out, hw.block_in), np.int8)
+            self.acc = np.zeros((hw.acc_depth, hw.batch, hw.block_out), np.int32)
+            for name, arr in (inputs or {}).items():
+                if name not in program.regions:
+                    raise VTAError(f"input {name!r} has no DRAM region; regions: {', '.join(program.regions)}")
+                r = program.regions[name]
+                a = np.asarray(arr)
+                if a.shape != r.shape or a.dtype != np.dtype(r.dtype):
+                    raise VTAError(f"input {name!r} must be {r.dtype}{list(r.shape)}, got {a.dtype}{list(a.shape)}")
+                raw = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+                self.dram[r.offset: r.offset + raw.size] = raw
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _check_dram(self, k: int, insn: MemInsn, elem: int) -> None:
+        last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size
+        if last * elem > self.dram_bytes:
+            raise SimulatorBoundsError(
+                f"instruction {k}: DRAM access ends at byte {last * elem}, beyond the {self.dram_bytes}-byte image",
+                resource="dram", needed=last * elem, available=self.dram_bytes)
+
+    @staticmethod
+    def _dram_rows(insn: MemInsn) -> np.ndarray:
+        """Element indices (y_size, x_size) of a 2-D DRAM access."""
+        return insn.dram_base + np.arange(insn.y_size)[:, None] * insn.x_stride + np.arange(insn.x_size)[None, :]
+
+    @staticmethod
+    def _check_sram(k: int, what: str, end: int, depth: int) -> None:
+        if end > depth:
+            raise SimulatorBoundsError(f"instruction {k}: {what} SRAM index {end - 1} out of bounds (depth {depth})",
+                                       resource=what, needed=end, available=depth)
+
+    @staticmethod
+    def _chunks(insn) -> list[tuple[int, int]]:
+        """Ranges of ``iter_out`` holding at most ~2^18 micro-op applications each (bounds memory)."""
+        per = max(1, insn.iter_in * (insn.uop_end - insn.uop_bgn))
+        step = max(1, CHUNK // per)
+        return [(i0, min(i0 + step, insn.iter_out)) for i0 in range(0, insn.iter_out, step)]
+
+    def _loop_indices(self, insn, which: tuple[str, ...], i0: int, i1: int) -> list[np.ndarray]:
+        """Flattened (iter_out in [i0, i1), iter_in, uop) index arrays for ``which`` of ("dst", "src", "wgt")."""
+        b, e = insn.uop_bgn, insn.uop_end
+        i = np.arange(i0, i1)[:, None, None]
+        j = np.arange(insn.iter_in)[None, :, None]
+        out = []
+        for name in which:
+            base = getattr(self, f"uop_{name}")[b:e][None, None, :]
+            fo = getattr(insn, f"{name}_factor_out")
+            fi = getattr(insn, f"{name}_factor_in")
+            out.append((base + i * fo + j * fi).reshape(-1))
+        return out
+
+    def _max_index(self, insn, name: str) -> int:
+        b, e = insn.uop_bgn, insn.uop_end
+        return int(getattr(self, f"uop_{name}")[b:e].max()) + (insn.iter_out - 1) * getattr(
+            insn, f"{name}_factor_out") + (insn.iter_in - 1) * getattr(insn, f"{name}_factor_in")
+
+    # ---- execution ------------------------------------------------------------------------------
+    def execute(self, k: int) -> None:
+        insn = self.program.insns[k]
+        if isinstance(insn, MemInsn):
+            if insn.x_size == 0:
+                return
+            (self._store if insn.opcode == Opcode.STORE else self._load)(k, insn)
+        elif isinstance(insn, GemmInsn):
+            self._gemm(k, insn)
+        elif isinstance(insn, AluInsn):
+            self._alu(k, insn)
+
+    def _load(self, k: int, insn: MemInsn) -> None:
+        hw, mem = self.hw, MemId(insn.mem)
+        if mem == MemId.OUT:
+            raise VTAError(f"instruction {k}: LOAD from memory type OUT is not supported; load INP, WGT, ACC or UOP")
+        elem = self.elem[mem]
+        nbytes = insn.x_size * insn.y_size * (hw.acc_elem_bytes if mem == MemId.ACC_8BIT else elem)
+        key = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc", MemId.ACC_8BIT: "acc"}[mem]
+        self.counters[f"{key}_load_nbytes"] += nbytes
+        width = insn.x_pad0 + insn.x_size + insn.x_pad1
+        total = (insn.y_pad0 + insn.y_size + insn.y_pad1) * width
+        depth = {"uop": hw.uop_depth, "wgt": hw.wgt_depth, "inp": hw.inp_depth, "acc": hw.acc_depth}[key]
+        self._check_sram(k, key, insn.sram_base + total, depth)
+        self._check_dram(k, insn, elem)
+        if self.skip and mem != MemId.UOP:
+            return
+        idx = self._dram_rows(insn)
+        raw = self.dram[: (self.dram.size // elem) * elem].reshape(-1, elem)[idx]  # (y, x, elem) uint8
+        if mem == MemId.UOP:
+            words = raw.reshape(-1, elem).copy().view("<u%d" % elem).reshape(insn.y_size, insn.x_size).astype(np.int64)
+            w = hw.field_widths
+            fields = {"dst": words & ((1 << w["uop_dst"]) - 1),
+                      "src": (words >> w["uop_dst"]) & ((1 << w["uop_src"]) - 1),
+                      "wgt": (words >> (w["uop_dst"] + w["uop_src"])) & ((1 << w["uop_wgt"]) - 1)}
+            for name, vals in fields.items():
+                block = np.zeros((insn.y_pad0 + insn.y_size + insn.y_pad1, width), np.int64)
+                block[insn.y_pad0: insn.y_pad0 + insn.y_size, insn.x_pad0: insn.x_pad0 + insn.x_size] = vals
+                getattr(self, f"uop_{name}")[insn.sram_base: insn.sram_base + total] = block.reshape(-1)
+            return
+        if mem == MemId.INP:
+            sram, data = self.inp, raw.view(np.int8).reshape(insn.y_size, insn.x_size, hw.batch, hw.block_in)
+        elif mem == MemId.WGT:
+            sram, data = self.wgt, raw.view(np.int8).reshape(insn.y_size, insn.x_size, hw.block_out, hw.block_in)
+        elif mem == MemId.ACC:
+            sram = self.acc
+            data = raw.reshape(-1).copy().view("<i4").reshape(insn.y_size, insn.x_size, hw.batch, hw.block_out)
+        else:  # ACC_8BIT: int8 in DRAM, sign-extended into the int32 accumulator
+            sram = self.acc
+            data = raw.view(np.int8).astype(np.int32).reshape(insn.y_size, insn.x_size, hw.batch, hw.block_out)
+        block = np.zeros((insn.y_pad0 + insn.y_size + insn.y_pad1, width) + sram.shape[1:], sram.dtype)
+        block[insn.y_pad0: insn.y_pad0 + insn.y_size, insn.x_pad0: insn.x_pad0 + insn.x_size] = data
+        sram[insn.sram_base: insn.sram_base + total] = block.reshape((-1,) + sram.shape[1:])
+
+    def _store(self, k: int, insn: MemInsn) -> None:
+        hw = self.hw
+        if insn.y_pad0 or insn.y_pad1 or insn.x_pad0 or insn.x_pad1:
+            raise VTAError(f"instruction {k}: STORE with padding is not supported; padding must be 0")
+        if MemId(insn.mem) != MemId.OUT:
+            raise VTAError(f"instruction {k}: STORE from memory type {MemId(insn.mem).name}; only OUT is supported")
+        elem = hw.out_elem_bytes
+        self.counters["out_store_nbytes"] += insn.x_size * insn.y_size * elem
+        n = insn.x_size * insn.y_size
+        self._check_sram(k, "out", insn.sram_base + n, hw.out_depth)
+        self._check_dram(k, insn, elem)
+        if self.skip:
+            return
+        idx = self._dram_rows(insn)
+        vals = self.acc[insn.sram_base: insn.sram_base + n].astype(np.int8)  # truncating, no saturation
+        view = self.dram[: (self.dram.size // elem) * elem].reshape(-1, elem)
+        view[idx.reshape(-1)] = vals.view(np.uint8).reshape(n, elem)
+
+    def _gemm(self, k: int, insn: GemmInsn) -> None:
+        hw = self.hw
+        n_uop = insn.uop_end - insn.uop_bgn
+        work = insn.iter_out * insn.iter_in * n_uop
+        if not insn.reset:
+            self.counters["gemm_counter"] += work
+        if work <= 0:
+            return
+        self._check_sram(k, "uop", insn.uop_end, hw.uop_depth)
+        self._check_sram(k, "acc", self._max_index(insn, "dst") + 1, hw.acc_depth)
+        if not insn.reset:
+            self._check_sram(k, "inp", self._max_index(insn, "src") + 1, hw.inp_depth)
+            self._check_sram(k, "wgt", self._max_index(insn, "wgt") + 1, hw.wgt_depth)
+        if self.skip:
+            return
+        if insn.reset:
+            for i0, i1 in self._chunks(insn):
+                (a,) = self._loop_indices(insn, ("dst",), i0, i1)
+                self.acc[a] = 0
+            return
+        inp = self.inp.astype(np.float32)
+        for i0, i1 in self._chunks(insn):
+            a, x, w = self._loop_indices(insn, ("dst", "src", "wgt"), i0, i1)
+            # group applications by weight tile: one BLAS matmul per distinct weight index (exact in
+            # float32: |sum of BLOCK_IN int8 products| < 2^24)
+            order = np.argsort(w, kind="stable")
+            cuts = np.flatnonzero(np.diff(w[order])) + 1
+            vals = np.empty((a.size, hw.batch, hw.block_out), np.int32)
+            for grp in np.split(order, cuts):
+                wt = self.wgt[w[grp[0]]].astype(np.float32)  # (block_out, block_in)
+                vals[grp] = (inp[x[grp]] @ wt.T).astype(np.int32)
+            np.add.at(self.acc, a, vals)  # int32 wrap-around; repeated destinations accumulate
+
+    def _alu(self, k: int, insn: AluInsn) -> None:
+        hw = self.hw
+        n_uop = insn.uop_end - insn.uop_bgn
+        work = insn.iter_out * insn.iter_in * n_uop
+        self.counters["alu_counter"] += work
+        if work <= 0:
+            return
+        self._check_sram(k, "uop", insn.uop_end, hw.uop_depth)
+        self._check_sram(k, "acc", self._max_index(insn, "dst") + 1, hw.acc_depth)
+        if not insn.use_imm:
+            self._check_sram(k, "acc", self._max_index(insn, "src") + 1, hw.acc_depth)
+        if self.skip:
+            return
+        op, imm = AluOp(insn.op), int(insn.imm)  # reset_reg is ignored by ALU, as in fsim and HLS
+        for i0, i1 in self._chunks(insn):
+            d, s = self._loop_indices(insn, ("dst", "src"), i0, i1)
+            n = d.size
+            # vectorised when the sequential order cannot matter: distinct destinations and no source
+            # reading a destination written earlier in the same chunk (chunks run in program order)
+            uniq = np.unique(d).size == n
+            hazard = False
+            if uniq and not insn.use_imm:
+                first = np.full(hw.acc_depth, n, np.int64)
+                first[d] = np.arange(n)
+                hazard = bool((first[s] < np.arange(n)).any())
+            if uniq and not hazard:
+                src = imm if insn.use_imm else self.acc[s].astype(np.int64)
+                self.acc[d] = _alu_apply(op, self.acc[d].astype(np.int64), src)
+            else:
+                for t in range(n):
+                    src = imm if insn.use_imm else self.acc[s[t]].astype(np.int64)
+                    self.acc[d[t]] = _alu_apply(op, self.acc[d[t]].astype(np.int64), src)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        out = {}
+        if "out" in self.program.regions:
+            r = self.program.regions["out"]
+            nb = int(np.prod(r.shape, dtype=np.int64)) * np.dtype(r.dtype).itemsize
+            out["out"] = self.dram[r.offset: r.offset + nb].copy().view(r.dtype).reshape(r.shape)
+        return out
+
+
+def _alu_apply(op: AluOp, x: np.ndarray, y) -> np.ndarray:
+    """fsim ALU semantics on int64 operands, result wrapped to int32."""
+    if op == AluOp.MIN:
+        r = np.minimum(x, y)
+    elif op == AluOp.MAX:
+        r = np.maximum(x, y)
+    elif op == AluOp.ADD:
+        r = x + y
+    elif op == AluOp.MUL:
+        r = x * y
+    else:  # SHR: arithmetic right shift for s >= 0, left shift by -s for s < 0 (shift amounts clipped to 63)
+        s = np.broadcast_to(np.asarray(y, np.int64), np.shape(x))
+        r = np.where(s >= 0, x >> np.clip(s, 0, 63), x << np.clip(-s, 0, 63))
+    return (np.asarray(r, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def simulate(program: Program, inputs: dict[str, np.ndarray] | None = None, *, timing_only: bool = False,
+             params: TimingParams | None = None) -> SimResult:
+    """Simulate ``program``; ``inputs`` maps region names ("inp", "wgt", "bias") to arrays.
+
+    ``timing_only`` skips data movement and arithmetic (fsim's DEBUG_SKIP_EXEC) but keeps every check,
+    the counters and the cycles. ``params`` overrides the calibrated timing constants.
+    """
+    params = params or PYNQ_CALIBRATED
+    machine = _Machine(program, inputs, timing_only)
+    timeline = schedule(program.insns, program.hw, params, machine.execute)
+    return SimResult(
+        counters=dict(machine.counters),
+        cycles=timeline.cycles,
+        seconds=seconds(timeline.cycles, len(program.insns), program.hw, params),
+        outputs=None if timing_only else machine.outputs(),
+        breakdown=timeline.breakdown,
+    )
+
