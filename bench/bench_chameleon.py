@@ -85,11 +85,13 @@ def run_one(job: tuple[str, str, int, int, dict[str, Any], str]) -> dict[str, An
     cache = MeasurementCache.from_log(cache_path(Path(cache_dir), layer))
     task = make_task(layer)
     tuner = make_tuner(tuner_name, seed=seed, **options)
+    cpu0 = time.process_time()
     summary = tune(task, tuner, budget, builder=ReplayBuilder(cache), runner=CachedRunner(cache))
+    cpu_s = time.process_time() - cpu0   # the whole replayed run: almost all of it is the tuner
     best = cache.best()
     return {"layer": layer, "tuner": label, "seed": seed, "budget": budget, "options": job[4],
             "history": summary.history,
-            "tuner_s": summary.tuner_s, "stats": tuner.stats(), "optimum_s": best.seconds if best else None}
+            "tuner_s": summary.tuner_s, "cpu_s": cpu_s, "stats": tuner.stats(), "optimum_s": best.seconds if best else None}
 
 
 def parse_label(label: str) -> tuple[str, dict[str, Any]]:
@@ -131,7 +133,7 @@ def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], 
     for layer in layers:
         row: dict[str, Any] = {}
         for t in tuners:
-            reach, censored, best_rel, q_round, s_round = [], 0, [], [], []
+            reach, censored, best_rel, q_round, s_round, c_round = [], 0, [], [], [], []
             for s in seeds:
                 base, run = by[(layer, "xgb", s)], by[(layer, t, s)]
                 target = base["history"][budget - 1] * 1.01
@@ -143,9 +145,10 @@ def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], 
                 fits = max(run["stats"].get("fits", 0.0), 1.0)
                 q_round.append(run["stats"].get("model_queries", 0.0) / fits)
                 s_round.append(run["tuner_s"] / fits)
+                c_round.append(run.get("cpu_s", math.nan) / fits)
             row[t] = {"trials_to_xgb_best": float(np.mean(reach)), "censored": censored,
                       "best_rel_xgb": float(np.mean(best_rel)), "queries_per_round": float(np.mean(q_round)),
-                      "tuner_s_per_round": float(np.mean(s_round)),
+                      "tuner_s_per_round": float(np.mean(s_round)), "cpu_s_per_round": float(np.mean(c_round)),
                       "best_rel_optimum": float(np.mean([by[(layer, t, s)]["history"][budget - 1]
                                                          / by[(layer, t, s)]["optimum_s"] for s in seeds]))}
         for t in tuners:
@@ -160,18 +163,30 @@ def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], 
             "worst_layer_rel_xgb": max(r["best_rel_xgb"] for r in rows),
             "query_ratio": geomean([r["query_ratio"] for r in rows]),
             "tuner_s_per_round_max": max(r["tuner_s_per_round"] for r in rows),
+            "cpu_s_per_round_max": float(np.nanmax([r["cpu_s_per_round"] for r in rows]))
+            if any(math.isfinite(r["cpu_s_per_round"]) for r in rows) else math.nan,
             "censored": sum(r["censored"] for r in rows),
         }
     return out
 
 
-def markdown(summary: dict[str, Any], tuners: list[str], layers: list[str], args: argparse.Namespace,
-             elapsed_s: float) -> str:
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def markdown(summary: dict[str, Any], tuners: list[str], layers: list[str], args: argparse.Namespace) -> str:
     """The ``## Chameleon`` section of docs/benchmarks.md."""
     lines = [
         SECTION, "",
-        f"Machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; date "
-        f"{dt.date.today().isoformat()}; {elapsed_s / 60:.0f} min wall.",
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; date "
+        f"{dt.date.today().isoformat()}; load average {os.getloadavg()[0]:.1f} at the end (the machine is "
+        "shared: wall times are inflated, CPU times are each run's own process time).",
         f"Command: `.venv/bin/python bench/bench_chameleon.py --seeds {args.seeds} --budget {args.budget}"
         f"{' --layers ' + ','.join(layers) if layers != LAYERS else ''}"
         f"{' --tuners ' + repr(args.tuners) if args.tuners != ' '.join(TUNERS) else ''}"
@@ -195,13 +210,15 @@ def markdown(summary: dict[str, Any], tuners: list[str], layers: list[str], args
         cells += [f"{row[t]['best_rel_xgb']:.3f}" for t in tuners[1:]]
         lines.append(f"| {layer} | " + " | ".join(cells) + " |")
     lines += ["", "| tuner | trials-to-xgb-best speedup (geomean) | latency/xgb geomean | worst layer | "
-              "censored runs | queries/round | query ratio vs xgb (SA) | tuner s/round (max layer) |",
-              "|---|---|---|---|---|---|---|---|"]
+              "censored runs | queries/round | query ratio vs xgb (SA) | tuner wall s/round (max layer) | "
+              "tuner CPU s/round (max layer) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for t in tuners:
         g = summary["geomean"][t]
         qpr = geomean([summary["layers"][lay][t]["queries_per_round"] for lay in layers])
         lines.append(f"| {t} | {g['reach_speedup']:.2f}x | {g['best_rel_xgb']:.3f} | {g['worst_layer_rel_xgb']:.3f} | "
-                     f"{g['censored']} | {qpr:.0f} | {g['query_ratio']:.2f}x | {g['tuner_s_per_round_max']:.2f} |")
+                     f"{g['censored']} | {qpr:.0f} | {g['query_ratio']:.2f}x | {g['tuner_s_per_round_max']:.2f} | "
+                     f"{g['cpu_s_per_round_max']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -238,7 +255,6 @@ def main(argv: list[str] | None = None) -> int:
     if tuners[0] != "xgb":
         tuners = ["xgb"] + [t for t in tuners if t != "xgb"]
     options = json.loads(args.options)
-    t0 = time.perf_counter()
     ready = []
     for layer in layers:
         status = ensure_cache(layer, Path(args.cache_dir), build=not args.skip_incomplete)
@@ -267,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"tuner {r['tuner_s']:.1f} s", flush=True)
     runs = [done[run_key(*j[:5])] for j in jobs]
     summary = summarise(runs, tuners, layers, args.budget)
-    text = markdown(summary, tuners, layers, args, time.perf_counter() - t0)
+    text = markdown(summary, tuners, layers, args)
     print(text)
     (runs_path.parent / "chameleon-summary.json").write_text(json.dumps({"args": vars(args), "summary": summary},
                                                                          indent=1))

@@ -200,14 +200,17 @@ def write_section(text: str) -> None:
     DOC.write_text(doc)
 
 
-def section(results: dict, table: dict, rmse: dict, args, spaces: dict) -> str:
+def section(saved: dict, table: dict) -> str:
     cpu = platform.processor() or platform.machine()
-    lines = [
-        SECTION, "",
-        f"Machine: {platform.node()} ({cpu}, 2 cores, shared), Python {platform.python_version()}. "
-        f"Date: {dt.date.today().isoformat()}. Command: `.venv/bin/python -m bench.bench_ml2tuner "
-        f"--settings {','.join(results)} --layers {','.join(args.layers)} --seeds {args.seeds} "
-        f"--trials {args.trials} --tuners {','.join(args.tuners)}`.", "",
+    results = {s: v["layers"] for s, v in saved.items()}
+    lines = [SECTION, "", f"Machine: {platform.node()} ({cpu}, 2 cores, shared with other jobs), Python "
+             f"{platform.python_version()}. Commands and dates:", ""]
+    for s, v in saved.items():
+        lines.append(f"- `.venv/bin/python -m bench.bench_ml2tuner --settings {s} --layers "
+                     f"{','.join(v['layer_names'])} --seeds {v['seeds']} --trials {v['trials']} --tuners "
+                     f"{','.join(v['tuners'])}` ({v['date']})")
+    lines += [
+        "", "Report: `.venv/bin/python -m bench.bench_ml2tuner --report-only`.", "",
         "Replayed measurements: every space was measured once exhaustively on vta-fsim (timing model) and "
         "the runs replay those records (`toolkit.tuning.replay`); compile-time features and build errors "
         "are replayed too (what `compile_features` would return). `tvm` = template option "
@@ -225,18 +228,51 @@ def section(results: dict, table: dict, rmse: dict, args, spaces: dict) -> str:
                             for lr in results[setting].values()])
             red = "-" if name == "xgb" else f"{r['invalid_reduction']:.1%}"
             lines.append(
-                f"| {setting} | {spaces[setting]:.1%} | `{name}` | {r['invalid']:.1f} | {red} | "
+                f"| {setting} | {saved[setting]['valid_share']:.1%} | `{name}` | {r['invalid']:.1f} | {red} | "
                 f"{r['reach_over_budget']:.1%}, {r['reach_over_budget_median']:.1%} | "
                 f"{r['reach_over_xgb']:.1%}, {r['reach_over_xgb_median']:.1%} | {r['missed']}/{r['runs']} | "
                 f"{comp:.0f} |")
     lines += ["", "ModelA (knob + compile features) vs ModelP (knob features): RMSE of normalised throughput "
               "on held-out valid records (XGBoost regression, 200 random valid training configs per layer, "
               "rest held out; mean over layers and seeds).", "",
-              "| setting | RMSE ModelP | RMSE ModelA | ratio A/P |", "|---|---|---|---|"]
-    for setting, (p, a) in rmse.items():
-        lines.append(f"| {setting} | {p:.4f} | {a:.4f} | **{a / p:.3f}** |")
+              "| setting | RMSE ModelP | RMSE ModelA | ratio of means A/P | mean of per-run ratios |",
+              "|---|---|---|---|---|"]
+    for setting, v in saved.items():
+        if not v["rmse"]:
+            continue
+        p, a = v["rmse"]
+        lines.append(f"| {setting} | {p:.4f} | {a:.4f} | **{a / p:.3f}** | {v.get('rmse_ratio', float('nan')):.3f} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def run_setting(setting: str, args) -> dict:
+    """Caches, runs and RMSE figures of one setting; saved to ``bench/out/ml2tuner/<setting>.json``
+    after every layer (so an interrupted run keeps its finished layers)."""
+    out = {"setting": setting, "layers": {}, "valid_share": 0.0, "rmse": None, "seeds": args.seeds,
+           "trials": args.trials, "tuners": args.tuners, "layer_names": [], "date": dt.date.today().isoformat()}
+    pr, n_valid, n_all = [], 0, 0
+    for layer in args.layers:
+        task, cache = build_cache(setting, layer)
+        n_valid += sum(r.valid for r in cache.by_index.values())
+        n_all += len(cache)
+        out["valid_share"] = n_valid / max(n_all, 1)
+        if args.caches_only:
+            continue
+        runs = {name: [run_one(task, cache, name, seed, args.trials) for seed in range(args.seeds)]
+                for name in args.tuners}
+        pr += [rmse_ratio(task, cache, seed) for seed in range(args.seeds)]
+        out["layers"][layer] = {"runs": runs, "optimum": cache.best().seconds, "size": task.space.size}
+        out["layer_names"].append(layer)
+        out["rmse"] = [float(np.mean([p for p, _ in pr])), float(np.mean([a for _, a in pr]))]
+        out["rmse_ratio"] = float(np.mean([a / p for p, a in pr]))
+        (OUT / "ml2tuner").mkdir(parents=True, exist_ok=True)
+        (OUT / "ml2tuner" / f"{setting}.json").write_text(json.dumps(out, default=float))
+        console.info(f"{setting} {layer}: " + "; ".join(
+            f"{n} inv {np.mean([r['invalid'] for r in rs]):.0f} best "
+            f"{np.median([min(r['history']) for r in rs]) / cache.best().seconds:.3f} "
+            f"{np.mean([r['wall_s'] for r in rs]):.1f}s" for n, rs in runs.items()))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -247,47 +283,29 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trials", type=int, default=400)
     ap.add_argument("--tuners", default=",".join(TUNERS), help="comma-separated; xgb must be among them")
     ap.add_argument("--caches-only", action="store_true", help="only build the exhaustive caches")
+    ap.add_argument("--report-only", action="store_true",
+                    help="only write the doc section from the saved per-setting results")
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
     args = ap.parse_args(argv)
     args.layers = [x.strip() for x in args.layers.split(",") if x.strip()]
     args.tuners = [x.strip() for x in args.tuners.split(",") if x.strip()]
     settings = [x.strip() for x in args.settings.split(",") if x.strip()]
 
-    results: dict[str, dict] = {}
-    rmse: dict[str, tuple[float, float]] = {}
-    spaces: dict[str, float] = {}
     for setting in settings:
-        results[setting] = {}
-        pr, n_valid, n_all = [], 0, 0
-        for layer in args.layers:
-            task, cache = build_cache(setting, layer)
-            n_valid += sum(r.valid for r in cache.by_index.values())
-            n_all += len(cache)
+        if not args.report_only:
+            out = run_setting(setting, args)
             if args.caches_only:
-                continue
-            runs = {name: [run_one(task, cache, name, seed, args.trials) for seed in range(args.seeds)]
-                    for name in args.tuners}
-            pr += [rmse_ratio(task, cache, seed) for seed in range(args.seeds)]
-            results[setting][layer] = {"runs": runs, "optimum": cache.best().seconds, "size": task.space.size}
-            console.info(f"{setting} {layer}: " + "; ".join(
-                f"{n} inv {np.mean([r['invalid'] for r in rs]):.0f} best "
-                f"{np.median([min(r['history']) for r in rs]) / cache.best().seconds:.3f} "
-                f"{np.mean([r['wall_s'] for r in rs]):.1f}s" for n, rs in runs.items()))
-        spaces[setting] = n_valid / max(n_all, 1)
-        if not args.caches_only:
-            rmse[setting] = (float(np.mean([p for p, _ in pr])), float(np.mean([a for _, a in pr])))
-    if args.caches_only:
-        console.info("caches: " + ", ".join(f"{s} {v:.1%} valid" for s, v in spaces.items()))
+                console.info(f"cache {setting}: {out['valid_share']:.1%} valid")
+    if args.caches_only or args.no_doc:
         return
+    saved = {s: json.loads((OUT / "ml2tuner" / f"{s}.json").read_text())
+             for s in SETTINGS if (OUT / "ml2tuner" / f"{s}.json").exists()}
+    results = {s: v["layers"] for s, v in saved.items()}
     table = summarise(results, args.trials)
-    (OUT / "ml2tuner").mkdir(parents=True, exist_ok=True)
-    (OUT / "ml2tuner" / "results.json").write_text(json.dumps(
-        {"table": table, "rmse": rmse, "spaces": spaces, "results": results}, default=float))
     for setting, rows in table.items():
         for name, r in rows.items():
             console.info(f"{setting} {name}: {json.dumps(r)}")
-    if not args.no_doc:
-        write_section(section(results, table, rmse, args, spaces))
+    write_section(section(saved, table))
 
 
 if __name__ == "__main__":

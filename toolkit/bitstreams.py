@@ -75,8 +75,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EDGETUNE_BITSTREAM_CACHE") or "~/.cache/edgetune/bitstreams").expanduser()
 
 
-def catalog(path: Path = CATALOG) -> list[Bitstream]:
-    """Every known bitstream."""
+def catalog(path: Path | None = None) -> list[Bitstream]:
+    """Every known bitstream (``bitstreams/catalog.toml``)."""
+    path = path or CATALOG
     try:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -109,9 +110,30 @@ def for_profile(profile: "BoardProfile") -> Bitstream:
     missing = [k for k in ("bitstream", "fpga_target", "hw_ver") if not vta.get(k)]
     if missing:
         raise BitstreamError(f"board profile {profile.name} lacks vta.{', vta.'.join(missing)}")
+    preset = vta.get("preset")
+    if preset:
+        from toolkit.vta.config import get_preset
+
+        hw = get_preset(preset)
+        if (hw.bitstream, hw.target, hw.hw_ver) != (vta["bitstream"], vta["fpga_target"], vta["hw_ver"]):
+            raise BitstreamError(
+                f"board profile {profile.name} is inconsistent: vta.bitstream {vta['fpga_target']}/{vta['hw_ver']}/"
+                f"{vta['bitstream']} but its VTA config {preset!r} is {hw.target}/{hw.hw_ver}/{hw.bitstream}; "
+                "fix the profile so the runtime and the bitstream agree")
     known = find(vta["fpga_target"], vta["hw_ver"], vta["bitstream"])
     return known or Bitstream(vta["bitstream"], vta["fpga_target"], vta["hw_ver"],
                               clock_mhz=int(vta.get("clock_mhz", 0)))
+
+
+def parse_ref(ref: str) -> Bitstream:
+    """A bitstream named ``TARGET/HW_VER/NAME`` (or a path inside the cache laid out that way)."""
+    parts = Path(ref).with_suffix("").parts[-3:] if ref.endswith((".bit", ".rbf")) else tuple(ref.split("/"))
+    if len(parts) != 3:
+        raise BitstreamError(f"bitstream {ref!r} must be TARGET/HW_VER/NAME, e.g. pynq/0.0.2/1x16_i8w8a32_15_15_18_17")
+    target, ver, name = parts
+    hw_ver = ver.replace("_", ".")
+    parse_name(name)
+    return find(target, hw_ver, name) or Bitstream(name, target, hw_ver)
 
 
 def cached_path(b: Bitstream) -> Path | None:

@@ -31,9 +31,10 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -335,10 +336,9 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     picked = _select(records, workloads, log)
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not (force and (out_dir / MANIFEST).is_file()):
-            raise ExportError(f"export folder {out_dir} is not empty; choose a new --out folder"
-                              + (" (--force replaces only an earlier export)" if force else " or pass --force"))
+    if out_dir.exists() and any(out_dir.iterdir()) and not (force and (out_dir / MANIFEST).is_file()):
+        raise ExportError(f"export folder {out_dir} is not empty; choose a new --out folder"
+                          + (" (--force replaces only an earlier export)" if force else " or pass --force"))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -503,6 +503,11 @@ class Export:
         if _norm_arch(p.arch) != _norm_arch(m.arch):
             raise ExportError(f"{what}; board {board.name} ({p.name}) is {p.arch}: export for {board.name} with "
                               f"`edgetune export --board {board.name}`")
+        host = p.target.get("host", p.target) if m.family == "cuda" else p.target
+        built = m.target.get("host", m.target) if m.family == "cuda" else m.target
+        if p.name == m.board_type and host.get("mcpu") != built.get("mcpu"):   # `local` on another machine
+            raise ExportError(f"{what} built for CPU {built.get('mcpu')}; board {board.name} has CPU "
+                              f"{host.get('mcpu')}: export the log again for it")
         if m.family == "cuda" and p.target.get("arch") != m.target.get("arch"):
             raise ExportError(f"{what}, GPU {m.target.get('arch')}; board {board.name} has GPU "
                               f"{p.target.get('arch')}: export for {board.name}")
@@ -651,7 +656,7 @@ def _compare(got: np.ndarray, expected: np.ndarray, exact: bool) -> tuple[bool, 
         return False, f"output shape {list(got.shape)} != reference {list(expected.shape)}"
     ok = np.array_equal(got, expected) if exact else np.allclose(got, expected, rtol=1e-3, atol=1e-3)
     if ok:
-        return True, "bit-exact" if exact else "matches the reference (rtol 1e-3)"
+        return True, "bit-exact" if exact else "within rtol 1e-3"
     bad = got != expected if exact else ~np.isclose(got, expected, rtol=1e-3, atol=1e-3)
     return False, f"{int(bad.sum())} of {bad.size} outputs differ from the reference"
 

@@ -22,6 +22,7 @@ ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
 @dataclass
 class SSHServer:
+    pid: int
     port: int
     client_key: Path
     wrong_key: Path
@@ -75,7 +76,7 @@ def sshd(tmp_path_factory) -> SSHServer:
             pytest.skip(f"sshd did not start: {(d / 'sshd.log').read_text()[-500:]}")
         time.sleep(0.1)
     pub = (d / "host_key.pub").read_text().split()
-    server = SSHServer(port, d / "client_key", d / "wrong_key", d / "host_key.pub", d / "other_host_key.pub",
+    server = SSHServer(proc.pid, port, d / "client_key", d / "wrong_key", d / "host_key.pub", d / "other_host_key.pub",
                        {a: f"[{a}]:{port} {pub[0]} {pub[1]}\n" for a in ADDRESSES})
     yield server
     os.killpg(proc.pid, 15)

@@ -1,8 +1,9 @@
-"""End to end: two provisioned vta-fsim boards under one RPC key, a tune through the tracker,
-one agent killed mid-run."""
+"""End to end: two vta-fsim boards provisioned behind SSH tunnels under one RPC key, a tune through
+the tracker using both, one agent killed mid-run."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -14,6 +15,7 @@ from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.rpc.provision import remote_paths
 from toolkit.rpc.ssh import connect_board
+from toolkit.rpc.tunnel import running_keeper
 from toolkit.rpc.vta_runner import VTARPCRunner
 from toolkit.tuning.loop import tune
 from toolkit.tuning.measure_result import ErrorClass
@@ -49,7 +51,12 @@ def test_two_boards_one_key_survive_a_lost_agent(sshd, trusted, tmp_path):
         for name, host in (("fa", "127.0.0.2"), ("fb", "127.0.0.3")):
             _ok("board", "add", name, "--type", "vta-fsim", "--host", host, "--port", sshd.port, "--user", "root",
                 "--key", sshd.client_key, "--rpc-key", "fleet-vta")
-            _ok("board", "provision", name, "--python", sys.executable, "--remote-dir", tmp_path / "remote")
+            _ok("board", "provision", name, "--tunnel", "--python", sys.executable, "--remote-dir", tmp_path / "remote")
+        st = json.loads(_ok("tracker", "status", "--json").stdout)
+        servers = [s for s in st["summary"]["server_info"] if s["key"] == "server:fleet-vta"]
+        # clients are sent to the SSH tunnels' local ends on loopback, never to a board address
+        assert sorted(s["addr"][1] for s in servers) == sorted(running_keeper(n)["local_port"] for n in ("fa", "fb"))
+        assert all(s["addr"][0] == "127.0.0.1" for s in servers)
         task = Task.create(parse_workload(WORKLOAD), resolve_board("fa"))
         vta = VTARPCRunner(resolve_board("fa"), wait_s=60)
         killed = threading.Event()
@@ -75,12 +82,13 @@ def test_two_boards_one_key_survive_a_lost_agent(sshd, trusted, tmp_path):
         after = sum(vta.served.values())
         assert vta.served["fa"] + vta.served["fb"] == after
         # the killed board is reported down, the other still registered
-        rows = {r["name"]: r for r in __import__("json").loads(_ok("board", "status", "--json").stdout)}
+        rows = {r["name"]: r for r in json.loads(_ok("board", "status", "--json").stdout)}
         assert rows["fa"]["registered"] and not rows["fb"]["agent_up"]
         # re-provisioning brings it back under the same key
-        _ok("board", "provision", "fb", "--python", sys.executable, "--remote-dir", tmp_path / "remote")
-        rows = {r["name"]: r for r in __import__("json").loads(_ok("board", "status", "--json").stdout)}
+        _ok("board", "provision", "fb", "--tunnel", "--python", sys.executable, "--remote-dir", tmp_path / "remote")
+        rows = {r["name"]: r for r in json.loads(_ok("board", "status", "--json").stdout)}
         assert rows["fb"]["registered"] and rows["fb"]["queue"].startswith("2/")
+        assert "and its SSH tunnels" in _ok("board", "stop", "fb").stdout and running_keeper("fb") is None
     finally:
         for name in ("fa", "fb"):
             runner.invoke(app, ["board", "stop", name])

@@ -289,6 +289,12 @@ def test_wrong_board_type_is_refused_at_run(vta_export, cpu_log, local_export, t
     ]
     for folder, board, words in cases:
         assert words in _one_line_error(_invoke("run", folder, "--board", board)), (folder, board)
+    other_cpu = tmp_path / "other-cpu"      # a `local` export made on a machine with another CPU
+    shutil.copytree(local_export, other_cpu)
+    m = json.loads((other_cpu / "manifest.json").read_text())
+    m["target"]["mcpu"] = "cortex-a72" if m["target"]["mcpu"] != "cortex-a72" else "skylake"
+    (other_cpu / "manifest.json").write_text(json.dumps(m))
+    assert "export the log again" in _one_line_error(_invoke("run", other_cpu, "--board", "local"))
     rpi4 = tmp_path / "rpi4"
     export(cpu_log, rpi4, board="rpi4")
     with pytest.raises(EdgetuneError, match="is x86_64"):
@@ -300,10 +306,10 @@ def test_wrong_board_type_is_refused_at_run(vta_export, cpu_log, local_export, t
 @pytest.mark.slow
 def test_vta_export_runs_bit_exact_on_an_agent_over_rpc(vta_export, local_rpc, tmp_path):
     host, port = local_rpc
-    log = open(tmp_path / "agent.log", "w")
-    agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}",
-                              "--key", "pynq", "--executor", "fsim", "--name", "pz-sim"],
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / "agent.log", "w") as log:
+        agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}",
+                                  "--key", "pynq", "--executor", "fsim", "--name", "pz-sim"],
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while not any(s.get("key") == "server:pynq" for s in tracker_summary(host, port).get("server_info", [])):
@@ -315,4 +321,33 @@ def test_vta_export_runs_bit_exact_on_an_agent_over_rpc(vta_export, local_rpc, t
     finally:
         os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()
-        log.close()
+
+
+def test_demo_ends_by_exporting_and_running_on_the_simulator(vta_log, tmp_path, capsys):
+    from toolkit.demo import run_export_demo
+
+    run_export_demo(vta_log, tmp_path / "export")
+    assert "correct (bit-exact)" in capsys.readouterr().out
+    assert load_export(tmp_path / "export").manifest.log["sha256"] == _sha(vta_log)
+
+
+def test_a_wrong_output_is_reported_and_exits_1(vta_export, tmp_path):
+    """A program whose requantisation shift was changed (7 instead of 8) must fail the check."""
+    from toolkit.export import sha256_file
+    from toolkit.vta.isa import AluInsn, AluOp
+
+    copy = tmp_path / "wrong"
+    shutil.copytree(vta_export, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    rel = m["kernels"][0]["files"]["program"]
+    program = Program.load(copy / rel)
+    shifts = [i for i in program.insns if isinstance(i, AluInsn) and i.op == AluOp.SHR]
+    assert shifts and all(i.imm == 8 for i in shifts)
+    for insn in shifts:
+        insn.imm = 7
+    program.save(copy / rel)
+    m["files"][rel] = sha256_file(copy / rel)
+    (copy / "manifest.json").write_text(json.dumps(m))
+    assert load_export(copy).run("vta-fsim").correct is False
+    r = _invoke("run", copy, "--board", "vta-fsim")
+    assert r.exit_code == 1 and "gave a wrong output" in r.output and "outputs differ" in r.output

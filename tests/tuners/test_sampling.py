@@ -82,3 +82,18 @@ def test_falls_back_to_random_when_synthesis_is_taken() -> None:
     cands = SPACE.from_knob_indices_array(np.array([(0, 0, 0), (0, 0, 1), (0, 0, 0)])).tolist()
     out = adaptive_sample(SPACE, cands, set(cands), np.random.default_rng(0), k_min=1, k_max=1)
     assert out.n_random == 1 and out.indices[0] not in cands
+
+
+@pytest.mark.parametrize("reduction", ["mode", "sample"])
+def test_centroid_representatives_are_synthesised(reduction: str) -> None:
+    base = [(0, 1, 3), (1, 0, 3), (0, 0, 0), (2, 0, 3)]
+    far = [(25, 20, 1), (24, 21, 1), (25, 21, 2)]
+    cands = SPACE.from_knob_indices_array(np.array(base + far)).tolist()
+    out = adaptive_sample(SPACE, cands, set(), np.random.default_rng(0), k_min=2, k_max=2,
+                          representative="centroid", reduction=reduction)
+    got = sorted(SPACE.knob_indices_array(out.indices).tolist())
+    assert out.n_synthesized == 2 and [g[:2] for g in got] == [[1, 0], [25, 21]]   # rounded centroids
+    if reduction == "mode":
+        assert [g[2] for g in got] == [3, 1]
+    else:
+        assert all(g[2] in (0, 1, 2, 3) for g in got)

@@ -127,11 +127,15 @@ def test_batch_two_bit_exact():
             "h_nthread": 2}, False),
     ("C8", {"tile_h": [7, 2], "tile_w": [1, 14], "tile_ci": [16, 1], "tile_co": [4, 4], "oc_nthread": 1,
             "h_nthread": 1}, True),
+    ("C2", {"tile_h": [7, 8], "tile_w": [4, 14], "tile_ci": [4, 1], "tile_co": [1, 4], "oc_nthread": 1,
+            "h_nthread": 2}, True),  # last h-tiles leave thread 1 idle
+    ("conv2d:H=14,W=14,CI=32,CO=48,K=3,S=1,P=1", {"tile_h": [2, 7], "tile_w": [2, 7], "tile_ci": [2, 1],
+                                                  "tile_co": [3, 1], "oc_nthread": 2, "h_nthread": 1}, False),
 ])
 def test_cloned_iterations_equal_full_emulation(monkeypatch, layer, cfg, bias):
     from toolkit.vta import compiler
 
-    wl = parse_workload(f"resnet18.{layer}")
+    wl = parse_workload(layer if layer.startswith("conv2d") else f"resnet18.{layer}")
     fast = compile_conv2d(wl, cfg, HW, bias=bias)
     monkeypatch.setattr(compiler, "CLONE_MIN_ITERATIONS", 10**9)
     slow = compile_conv2d(wl, cfg, HW, bias=bias)
@@ -235,6 +239,8 @@ def test_features_same_keys_and_consistent_with_program():
         f = c.features
         counters = simulate(c.program, timing_only=True).counters
         assert f["insn.total"] == len(c.program.insns)
+        assert f["tokens.push"] == sum(i.push_prev + i.push_next for i in c.program.insns)
+        assert f["tokens.pop"] == sum(i.pop_prev + i.pop_next for i in c.program.insns)
         assert f["bytes.inp"] == counters["inp_load_nbytes"]
         assert f["bytes.wgt"] == counters["wgt_load_nbytes"]
         assert f["bytes.out"] == counters["out_store_nbytes"]

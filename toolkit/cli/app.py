@@ -63,6 +63,7 @@ _COMMANDS = [
     "vta",
     "space",
     "export",
+    "bench",
 ]
 for _name in _COMMANDS:
     importlib.import_module(f"toolkit.cli.{_name}")

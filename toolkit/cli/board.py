@@ -156,6 +156,9 @@ def provision(
     remote_dir: Annotated[str, typer.Option(help="Directory on the board for the agent, venv and logs.")] = "~/.edgetune",
     expose: Annotated[bool, typer.Option("--expose", help="Bind the agent to all interfaces (default loopback).")
                       ] = False,
+    bitstream: Annotated[Optional[str], typer.Option(
+        help="FPGA boards: load this cached bitstream (TARGET/HW_VER/NAME) instead of the profile's; a mismatch "
+             "with the board's VTA config is refused.")] = None,
     tunnel: Annotated[bool, typer.Option(
         "--tunnel", help="Reach the board's agent and let it reach the tracker through SSH tunnels kept by a "
                          "background process (no RPC port on any network).")] = False,
@@ -171,7 +174,8 @@ def provision(
     entry = _registered(name, inventory)
     address = tracker_address(tracker) if (tracker or not dry_run) else _dry_tracker()
     opts = prov.ProvisionOptions(tracker=address, remote_dir=remote_dir, python=python,
-                                 system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose)
+                                 system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose,
+                                 bitstream=bitstream)
     if tunnel:
         from toolkit.rpc.tunnel import start_keeper
 

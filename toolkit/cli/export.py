@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory
+from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
 from toolkit.export import export as do_export
@@ -23,9 +23,9 @@ def _ms(seconds: float | None) -> str:
 def export(
     log: Annotated[Path, typer.Option("--log", "-l", help="Tuning log (JSONL) to export the best configs of.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Export folder to create (must be new or empty).")],
-    board: Annotated[Optional[str], typer.Option(
+    board: Annotated[str | None, typer.Option(
         "--board", "-b", help="Board name or board type to build for (default: the log's board type).")] = None,
-    workload: Annotated[Optional[list[str]], typer.Option(
+    workload: Annotated[list[str] | None, typer.Option(
         "--workload", "-w", help="Export only this workload (name or spec); repeat for several.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
     inventory: InventoryOpt = None,
@@ -33,10 +33,21 @@ def export(
 ) -> None:
     """Rebuild the best valid record per workload of a log into a deployable folder (libraries or VTA programs)."""
     inv = Inventory(inventory) if inventory else None
-    with console.progress(transient=True) as bar:
-        task = bar.add_task("export", total=None, status="")
+    bar = console.progress(transient=True)
+    tasks: list = []
+
+    def building(label: str) -> None:   # the bar starts with the first build, after the log was checked
+        if not tasks:
+            bar.start()
+            tasks.append(bar.add_task("export", total=None, status=""))
+        bar.update(tasks[0], status=f"building {label}")
+
+    try:
         manifest = do_export(log, out, board=board, workloads=workload, inventory=inv, force=force,
-                             progress=lambda label: bar.update(task, status=f"building {label}"))
+                             progress=building)
+    finally:
+        if tasks:
+            bar.stop()
     if json:
         console.print_json({"out": str(out), **manifest.to_json()})
         return
@@ -54,26 +65,26 @@ def run(
     board: Annotated[str, typer.Option("--board", "-b", help="Board to run on (registered, or local / vta-fsim).")],
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Compare the output with the numpy reference (exit 1 when it differs).")] = True,
-    workload: Annotated[Optional[str], typer.Option(
+    workload: Annotated[str | None, typer.Option(
         "--workload", "-w", help="Run only this workload (default: every kernel of the export).")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Timed runs to average.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    tracker: Annotated[Optional[str], typer.Option(
+    tracker: Annotated[str | None, typer.Option(
         help="RPC tracker HOST:PORT (default: where the board was provisioned).")] = None,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Run an exported kernel on a board (over RPC) or the VTA simulator, check it, compare the latency."""
     ex = load_export(folder)
-    inv = Inventory(inventory) if inventory else None
+    brd = resolve_board(board, Inventory(inventory) if inventory else None)
+    ex.check_board(brd)
     labels = [ex.kernel(workload).label] if workload else [k.label for k in ex.kernels]
     results = []
     with console.progress(transient=True) as bar:
         task = bar.add_task(f"run on {board}", total=len(labels), status="")
         for label in labels:
             bar.update(task, status=label)
-            results.append(ex.run(board, check=check, workload=label, seed=seed, repeat=repeat, tracker=tracker,
-                                  inventory=inv))
+            results.append(ex.run(brd, check=check, workload=label, seed=seed, repeat=repeat, tracker=tracker))
             bar.advance(task)
     if json:
         console.print_json({"export": str(folder), "tuned_on": ex.manifest.tuned_on["board"],

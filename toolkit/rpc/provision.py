@@ -61,7 +61,8 @@ class ProvisionOptions:
     the board (it must already import TVM) instead of a virtualenv. ``system_site_packages``: the
     virtualenv sees the board's system packages (no download when they are there).
     ``runtime_path``: a local TVM runtime to upload (a ``.whl``, or a directory with ``python/`` and
-    ``build/libtvm_runtime.so``) instead of installing or building one. ``expose``: bind the agent to
+    ``build/libtvm_runtime.so``) instead of installing or building one. ``bitstream``: load this cached
+    bitstream (``TARGET/HW_VER/NAME``) instead of the profile's; a mismatch is refused. ``expose``: bind the agent to
     all interfaces (default loopback: clients reach it on the board itself or through a tunnel).
     """
 
@@ -74,6 +75,7 @@ class ProvisionOptions:
     expose: bool = False
     report_host: str | None = None
     report_port: int = 0
+    bitstream: str | None = None
     verify_timeout_s: float = 60.0
 
 
@@ -204,11 +206,13 @@ def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[s
                          f"{' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}", note=note)]
 
 
-def _bitstream_steps(entry: BoardEntry, p: dict[str, str]) -> tuple[list[Step], str | None]:
+def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None) -> tuple[list[Step], str | None]:
     profile = entry.profile
     if profile.executor != "fpga":
+        if ref:
+            raise BoardError(f"board {entry.name} ({profile.name}) has no FPGA; drop --bitstream")
         return [], None
-    want = bitstreams.for_profile(profile)
+    want = bitstreams.parse_ref(ref) if ref else bitstreams.for_profile(profile)
     bitstreams.check_matches(profile, want)
     local = bitstreams.cached_path(want)
     remote = f"{p['bits']}/{want.name}.{want.ext}"
@@ -259,7 +263,7 @@ def stop_command(p: dict[str, str], sudo: bool = False) -> str:
     s = "sudo -n " if sudo else ""
     pid = quote(p["pid"])
     return (f"if [ -f {pid} ]; then g=$(cat {pid}); {s}kill -TERM -- -$g 2>/dev/null; "
-            f"for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 $g 2>/dev/null || break; sleep 0.3; done; "
+            f"for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /proc/$g/status ] || break; sleep 0.3; done; "
             f"{s}kill -KILL -- -$g 2>/dev/null; rm -f {pid}; fi; true")
 
 
@@ -284,7 +288,7 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
         steps.append(Step("virtualenv", check=f"test -x {q(py)}",
                           command=f"python3 -m venv{flag} {q(p['venv'])}"))
     steps += _runtime_steps(entry, opts, py, p)
-    bit_steps, remote_bit = _bitstream_steps(entry, p)
+    bit_steps, remote_bit = _bitstream_steps(entry, p, opts.bitstream)
     steps += bit_steps
     argv = agent_command(entry, opts, py, p, remote_bit)
     args_digest = hashlib.sha256(("\0".join(argv) + digest).encode()).hexdigest()[:16]
@@ -296,7 +300,7 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     pid = q(p["pid"])
     steps.append(Step(
         f"start agent (key {entry.effective_rpc_key})",
-        check=f"[ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null && "
+        check=f"[ -f {pid} ] && [ -e /proc/$(cat {pid})/status ] && "
               f"[ \"$(cat {q(p['args'])} 2>/dev/null)\" = {args_digest} ]",
         command=f"{stop_command(p, sudo)}; cd {q(p['agent_dir'])} && rm -f {q(p['state'])} && "
                 f"echo {args_digest} > {q(p['args'])} && {{ {launch} > {q(p['log'])} 2>&1 < /dev/null & }}",
@@ -321,6 +325,12 @@ def _verifier(entry: BoardEntry, opts: ProvisionOptions, p: dict[str, str]) -> C
     return verify
 
 
+def _alive_cmd(session: SSHSession, p: dict[str, str]) -> bool:
+    """Is the agent in the pid file running (works for a root agent seen by its non-root user)."""
+    pid = quote(p["pid"])
+    return session.run(f"[ -f {pid} ] && [ -e /proc/$(cat {pid})/status ]").ok
+
+
 def wait_agent_state(session: SSHSession, p: dict[str, str], timeout: float) -> dict:
     """The agent's state file once it has bound its port."""
     deadline = time.monotonic() + timeout
@@ -328,7 +338,7 @@ def wait_agent_state(session: SSHSession, p: dict[str, str], timeout: float) -> 
         r = session.run(f"cat {quote(p['state'])} 2>/dev/null")
         if r.ok and r.stdout.strip():
             return json.loads(r.stdout)
-        alive = session.run(f"kill -0 $(cat {quote(p['pid'])} 2>/dev/null) 2>/dev/null").ok
+        alive = _alive_cmd(session, p)
         if not alive and time.monotonic() > deadline - timeout + 3:
             tail = session.run(f"tail -n 3 {quote(p['log'])}").stdout.strip().replace("\n", " | ")
             raise BoardError(f"the agent exited at start: {tail or 'no log'}; see `edgetune board logs`")
@@ -433,7 +443,7 @@ def stop_agent(name: str, session: SSHSession) -> bool:
     """Stop a board's agent; ``True`` if one was running."""
     state = _state_or_fail(name)
     p = remote_paths(name)
-    was = session.run(f"kill -0 $(cat {quote(p['pid'])} 2>/dev/null) 2>/dev/null").ok
+    was = _alive_cmd(session, p)
     session.run(stop_command(p, bool(state.get("sudo"))), check=True)
     session.run(f"rm -f {quote(p['state'])} {quote(p['agent_dir'])}/agent.args")
     return was
@@ -451,7 +461,7 @@ def agent_log(name: str, session: SSHSession, lines: int = 50) -> str:
 def agent_status(name: str, session: SSHSession) -> dict:
     """Is the agent running, with which pid/port (from its state file)."""
     p = remote_paths(name)
-    alive = session.run(f"kill -0 $(cat {quote(p['pid'])} 2>/dev/null) 2>/dev/null").ok
+    alive = _alive_cmd(session, p)
     info: dict = {}
     if alive:
         r = session.run(f"cat {quote(p['state'])} 2>/dev/null")

@@ -42,7 +42,7 @@ def _free_port(host: str) -> int:
 def _port_range(host: str, port: int, port_end: int | None) -> tuple[int, int]:
     if port == 0:
         port = _free_port(host)
-        return port, port_end or port + 50
+        return port, port_end or min(port + 50, 65536)
     return port, port_end or port + 1
 
 

@@ -35,7 +35,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from toolkit.boards import BoardProfile
-from toolkit.tuning.measure_result import ErrorClass
 from toolkit.tuning.space import CategoricalKnob, Config, ConfigSpace, SplitKnob
 from toolkit.tuning.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload

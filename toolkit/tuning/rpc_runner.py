@@ -208,7 +208,7 @@ class RPCRunner(Runner):
             now = time.monotonic()
             if "run_started" in box:
                 if now - box["run_started"] > options.timeout_s:
-                    raise TimeoutError(f"the run did not finish within {options.timeout_s:.0f} s")
+                    raise TimeoutError(f"the run did not finish within {options.timeout_s:g} s")
             elif now - begun > self.wait_timeout_s + 60.0:
                 raise BoardLost(f"no session and upload within {self.wait_timeout_s + 60.0:.0f} s")
         if "error" in box:
@@ -218,41 +218,53 @@ class RPCRunner(Runner):
     def _session_measure(self, template: Template, artifact: Artifact, options: MeasureOptions,
                          inputs: list[np.ndarray], ref: np.ndarray | None,
                          box: dict[str, Any]) -> tuple[list[float], str]:
-        import tvm
-
         if artifact.kind != "tvm-library":
             raise RuntimeError(f"RPCRunner measures TVM libraries, not {artifact.kind!r} artifacts")
         try:
             sess = self._connect(options.timeout_s)
         except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions
             raise BoardLost(f"no session from {self.where}: {_short(exc)}") from None
-        stage = "upload"
+        stage, failure = "upload", None
         try:
-            name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
-            _upload(sess, artifact, name)
-            stage = "load"
-            mod = sess.load_module(name)
-            dev = sess.cuda(0) if template.profile.family == "cuda" else sess.cpu(0)
-            args = [tvm.runtime.tensor(x, dev) for x in inputs]
-            out_shape = ref.shape if ref is not None else template.output_shape()  # type: ignore[attr-defined]
-            out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
-            stage = "run"
-            box["run_started"] = time.monotonic()
-            if ref is not None:
-                mod["main"](*args, out)
-                got = out.numpy()
-                if not np.allclose(got, ref, rtol=RTOL, atol=ATOL):
-                    bad = ~np.isclose(got, ref, rtol=RTOL, atol=ATOL)
-                    return [], (f"{int(bad.sum())} of {bad.size} outputs differ from the reference "
-                                f"(max abs error {float(np.nanmax(np.abs(got - ref))):.3g})")
-            timer = mod.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
-                                       min_repeat_ms=int(math.ceil(options.min_repeat_ms)))
-            costs = [float(c) for c in timer(*args, out).results]
-            return costs, ""
+            return self._run_in_session(sess, template, artifact, options, inputs, ref, box)
         except Exception as exc:  # noqa: BLE001
-            if _looks_lost(exc):
-                raise BoardLost(f"session lost during {stage}: {_short(exc)}") from None
-            raise RuntimeError(f"{stage} failed on {self.where}: {_short(exc)}") from None
+            stage = box.get("stage", stage)
+            failure = (_looks_lost(exc), _short(exc))
+        finally:
+            # drop the session now (not when a traceback cycle is collected): the board is
+            # busy until its session closes
+            sess = None
+        if failure[0]:
+            raise BoardLost(f"session lost during {stage}: {failure[1]}")
+        raise RuntimeError(f"{stage} failed on {self.where}: {failure[1]}")
+
+    @staticmethod
+    def _run_in_session(sess: Any, template: Template, artifact: Artifact, options: MeasureOptions,
+                        inputs: list[np.ndarray], ref: np.ndarray | None,
+                        box: dict[str, Any]) -> tuple[list[float], str]:
+        import tvm
+
+        box["stage"] = "upload"
+        name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
+        _upload(sess, artifact, name)
+        box["stage"] = "load"
+        mod = sess.load_module(name)
+        dev = sess.cuda(0) if template.profile.family == "cuda" else sess.cpu(0)
+        args = [tvm.runtime.tensor(x, dev) for x in inputs]
+        out_shape = ref.shape if ref is not None else template.output_shape()  # type: ignore[attr-defined]
+        out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
+        box["stage"] = "run"
+        box["run_started"] = time.monotonic()
+        if ref is not None:
+            mod["main"](*args, out)
+            got = out.numpy()
+            if not np.allclose(got, ref, rtol=RTOL, atol=ATOL):
+                bad = ~np.isclose(got, ref, rtol=RTOL, atol=ATOL)
+                return [], (f"{int(bad.sum())} of {bad.size} outputs differ from the reference "
+                            f"(max abs error {float(np.nanmax(np.abs(got - ref))):.3g})")
+        timer = mod.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
+                                   min_repeat_ms=int(math.ceil(options.min_repeat_ms)))
+        return [float(c) for c in timer(*args, out).results], ""
 
 
 def board_tracker(board: Board, tracker: tuple[str, int] | str | None = None
@@ -304,6 +316,11 @@ def _looks_lost(exc: BaseException) -> bool:
 
 
 def _short(exc: BaseException) -> str:
+    """The last line of an error, with the line it continues (TVM: "Error caught from RPC call:")."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    pick = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else type(exc).__name__)
-    return pick[:300]
+    if not lines:
+        return type(exc).__name__
+    msg = lines[-1]
+    if len(lines) > 1 and lines[-2].endswith(":"):
+        msg = f"{lines[-2]} {msg}"
+    return msg[:300]

@@ -5,7 +5,7 @@ The search proposes candidates (best predicted first). They are clustered with k
 the loss curve: the last k after which the loss stops dropping by ``threshold`` (2.5x). One
 representative per cluster is measured: the real candidate nearest the centroid. A
 representative that is already measured, a duplicate or otherwise excluded is replaced by
-*sample synthesis*:
+*sample synthesis* (``representative="centroid"`` synthesises every representative, as the reference does):
 
 - ``reduction="mode"`` (paper): each knob takes its most frequent value among the cluster's members;
 - ``reduction="sample"`` (reference code): the cardinal knobs take the rounded centroid, every other
@@ -35,6 +35,7 @@ from toolkit.tuning.space import ConfigSpace
 
 REDUCTIONS = ("mode", "sample")
 K_RULES = ("knee", "stop")
+REPRESENTATIVES = ("nearest", "centroid")
 
 
 def cardinal_knobs(dims: Sequence[int], n: int = 2) -> np.ndarray:
@@ -138,8 +139,14 @@ class AdaptiveSample:
 
 def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[int], rng: np.random.Generator, *,
                     k_min: int = 8, k_max: int = 64, k_step: int = 8, threshold: float = 2.5, n_cardinal: int = 2,
-                    reduction: str = "mode", rule: str = "knee", max_tries: int = 16) -> AdaptiveSample:
+                    reduction: str = "mode", rule: str = "knee", representative: str = "nearest",
+                    max_tries: int = 16) -> AdaptiveSample:
     """Reduce ``candidates`` (flat indices, best predicted first) to one config per k-means cluster.
+
+    ``representative="nearest"`` measures the candidate nearest each centroid (synthesis only
+    replaces a measured or duplicate one); ``"centroid"`` measures a synthesised config, as the
+    reference code does: the cardinal knobs take the rounded centroid, the others the ``reduction``
+    of the cluster (``mode``) or of all candidates (``sample``).
 
     ``exclude`` holds indices that must not be measured (already measured, known invalid). The
     result has distinct indices outside ``exclude``; it is shorter than ``k`` only when the space
@@ -147,6 +154,9 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
     """
     if reduction not in REDUCTIONS:
         raise ConfigError(f"reduction {reduction!r} must be one of {list(REDUCTIONS)}")
+    if representative not in REPRESENTATIVES:
+        raise ConfigError(f"representative {representative!r} must be one of {list(REPRESENTATIVES)}")
+    dims = np.asarray(space.dims, dtype=np.int64)
     cands = np.asarray(list(candidates), dtype=np.int64)
     if len(cands) == 0:
         return AdaptiveSample([], 0, {})
@@ -161,26 +171,31 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
         members = np.flatnonzero(clus.labels == c)
         if len(members) == 0:
             continue
-        # nearest member to the centroid; ties go to the best predicted (earliest) candidate
-        dist = ((points[members] - clus.centers[c]) ** 2).sum(axis=1)
-        pick = int(cands[members[np.argmin(dist)]])
+        synthesized = representative == "centroid"
+        if synthesized:
+            syn = synthesize(knobs[members], reduction, rng, pool=knobs, center=clus.centers[c], cardinal=cardinal)
+            syn[cardinal] = np.rint(clus.centers[c]).astype(np.int64)
+            pick = int(space.from_knob_indices_array(np.clip(syn, 0, dims - 1)[None])[0])
+        else:
+            # nearest member to the centroid; ties go to the best predicted (earliest) candidate
+            dist = ((points[members] - clus.centers[c]) ** 2).sum(axis=1)
+            pick = int(cands[members[np.argmin(dist)]])
         if pick in taken:
             pick = -1
             for _ in range(max_tries if reduction == "sample" else 1):
                 syn = synthesize(knobs[members], reduction, rng, pool=knobs, center=clus.centers[c],
                                  cardinal=cardinal)
-                syn = np.clip(syn, 0, np.asarray(space.dims) - 1)
-                idx = int(space.from_knob_indices_array(syn[None])[0])
+                idx = int(space.from_knob_indices_array(np.clip(syn, 0, dims - 1)[None])[0])
                 if idx not in taken:
-                    pick = idx
-                    n_syn += 1
+                    pick, synthesized = idx, True
                     break
             if pick < 0:
                 fresh = space.sample(1, rng, exclude=taken)
                 if not fresh:
                     break
-                pick = fresh[0]
+                pick, synthesized = fresh[0], False
                 n_rand += 1
+        n_syn += synthesized
         taken.add(pick)
         out.append(pick)
     return AdaptiveSample(out, clus.k, clus.inertias, n_syn, n_rand)

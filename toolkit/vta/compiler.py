@@ -140,10 +140,10 @@ def tvm_compat_violation(workload: Conv2dWorkload, config: dict[str, Any], hw: V
     h_ext = (th - 1) * wl.sh + wl.kh
     w_ext = (tw - 1) * wl.sw + wl.kw
     if wl.ph or wl.pw:
-        ndim = sum(e > 1 for e in (hw.batch, tci, h_ext, w_ext)) + 1
-        if ndim <= 2:
-            return f"TVM cannot pad a load of {ndim} dimensions (Limitation of 2D pad load forbid ndim={ndim})"
-        if ndim > 3 or hw.batch > 1:
+        loops = sum(e > 1 for e in (tci, h_ext, w_ext))  # besides the (batch, channel) block
+        if loops < 2:
+            return f"TVM cannot pad a load of {loops + 1} dimensions (Limitation of 2D pad load)"
+        if loops > 2:
             return "TVM cannot pad an input load of several channel blocks (Do not support pad on the innermost block)"
     elif checks.tvm_2d_dims([tci, h_ext, w_ext], [wl.h * wl.w, wl.w, 1]) > 2:
         return "TVM cannot express the input load as one 2-D DMA (Scope[local.inp_buffer]: cannot detect 2d pattern)"
@@ -199,12 +199,14 @@ class _Queue:
             self.pop_prev[stage] = self.pop_next[stage] = 0
 
     def pop(self, frm: int, to: int) -> None:
+        self.kinds["token_pop"] += 1
         pend = self.pop_prev if frm < to else self.pop_next
         if pend[to]:
             self.commit(to)
         pend[to] = 1
 
     def push(self, frm: int, to: int) -> None:
+        self.kinds["token_push"] += 1
         self.commit(frm)
         if self.insns and self.stage == frm:
             last = self.insns[-1]
@@ -482,7 +484,6 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
     outer = [(b, h0o, c0o, w0) for b in range(nb) for h0o in range(-(-sch.th[0] // sch.h_nthread))
              for c0o in range(-(-sch.tco[0] // sch.oc_nthread)) for w0 in range(sch.tw[0])]
     loop = len(outer) > 1
-    even = sch.th[0] % sch.h_nthread == 0 and sch.tco[0] % sch.oc_nthread == 0
 
     def active(h0o: int, c0o: int) -> list[tuple[int, int, int]]:
         """``(thread, h-tile, co-tile)`` of the threads with a tile in this iteration."""
@@ -598,7 +599,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
     if loop:
         for _ in threads:
             q.push(STORE, COMPUTE)
-    _emit_all(q, outer, emit_iteration, tile_mem, clone=even)
+    _emit_all(q, outer, emit_iteration, tile_mem, [len(active(h0o, c0o)) == T for _, h0o, c0o, _ in outer])
     if loop:
         for _ in threads:
             q.pop(STORE, COMPUTE)
@@ -616,29 +617,33 @@ _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _ADDR = ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad0", "y_pad1", "x_pad0", "x_pad1")
 
 
-def _emit_all(q: _Queue, outer: list[tuple], emit_iteration, tile_mem, clone: bool = True) -> None:
-    """Emit every outer iteration: the first three through the runtime emulation, the rest by cloning the
-    steady-state iteration and patching its addresses (identical result, several times faster).
+def _emit_all(q: _Queue, outer: list[tuple], emit_iteration, tile_mem, full: list[bool]) -> None:
+    """Emit every outer iteration through the runtime emulation, except that an iteration with all
+    threads busy (``full``) that follows another such iteration is cloned from the steady-state
+    iteration with its DMA addresses patched (identical result, several times faster).
 
-    Cloning is used only when every iteration has all threads (``clone``), and iterations 1 and 2 leave
-    the emulator in the same state and have the same instructions up to addresses; otherwise every
-    iteration is emulated.
+    The steady state is taken from iterations 1 and 2, which must be full, leave the emulator in the same
+    state and have the same instructions up to addresses; otherwise every iteration is emulated.
     """
     n = len(outer)
-    if n < CLONE_MIN_ITERATIONS or not clone:
+    if n < CLONE_MIN_ITERATIONS or not all(full[:3]):
         for it in outer:
             emit_iteration(*it)
         return
+
+    def state() -> tuple:
+        return tuple(q.pop_prev), tuple(q.pop_next), q.stage, q.uop_end, q.uop_loaded
+
     emit_iteration(*outer[0])
     s1 = len(q.insns)
     emit_iteration(*outer[1])
     e1 = len(q.insns)
     snap1 = [dict(i.__dict__) for i in q.insns[s1:e1]]
-    state1 = (tuple(q.pop_prev), tuple(q.pop_next), q.stage, q.uop_end, q.uop_loaded)
+    state1 = state()
     kinds1 = Counter(q.kinds)
     emit_iteration(*outer[2])
     e2 = len(q.insns)
-    state2 = (tuple(q.pop_prev), tuple(q.pop_next), q.stage, q.uop_end, q.uop_loaded)
+    state2 = state()
     length = e1 - s1
     steady = state1 == state2 and e2 - e1 == length
     if steady:
@@ -666,19 +671,34 @@ def _emit_all(q: _Queue, outer: list[tuple], emit_iteration, tile_mem, clone: bo
     new = object.__new__
     layout = [(k, types[k], snap1[k], shared.get(k)) for k in range(length)]
     mem_set = set(mem_pos)
-    for it in outer[3:]:
-        prev = len(insns) - length
-        for k, f, v in mods:
-            setattr(insns[prev + k], f, v)
-        params = iter(tile_mem(*it))
-        for k, t, d, obj in layout:
-            if obj is None:
-                obj = new(t)
-                if k in mem_set:
-                    obj.__dict__ = {**d, **dict(zip(_ADDR, next(params)))}
-                else:
-                    obj.__dict__ = d.copy()
-            insns.append(obj)
+    cloned = 0
+    last_cloned = False
+    can_clone = True  # the previous iteration was full and left the steady state
+    for idx in range(3, n):
+        it = outer[idx]
+        if full[idx] and can_clone:
+            prev = len(insns) - length
+            for k, f, v in mods:
+                setattr(insns[prev + k], f, v)
+            params = iter(tile_mem(*it))
+            for k, t, d, obj in layout:
+                if obj is None:
+                    obj = new(t)
+                    if k in mem_set:
+                        obj.__dict__ = {**d, **dict(zip(_ADDR, next(params)))}
+                    else:
+                        obj.__dict__ = d.copy()
+                insns.append(obj)
+            cloned += 1
+            last_cloned = True
+            continue
+        if last_cloned:  # the emulation may fold a token onto the previous iteration: un-share its tail
+            for j in range(len(insns) - length, len(insns)):
+                copy = new(type(insns[j]))
+                copy.__dict__ = dict(insns[j].__dict__)
+                insns[j] = copy
+            last_cloned = False
+        emit_iteration(*it)
+        can_clone = full[idx] and state() == state2
     for k, v in per_iter.items():
-        q.kinds[k] += v * (n - 3)
-    q.stage = state2[2]
+        q.kinds[k] += v * cloned

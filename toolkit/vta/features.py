@@ -36,7 +36,7 @@ def compile_features(wl: Conv2dWorkload, sch, hw: VTAConfig, plan: dict, kinds: 
     nb = wl.n // hw.batch
     n_outer = nb * sch.th[0] * sch.tco[0] * sch.tw[0]  # output tiles, all threads
     f: dict[str, float] = {f"insn.{k}": float(kinds.get(k, 0)) for k in INSN_KINDS}
-    f["insn.total"] = float(sum(kinds.values()))
+    f["insn.total"] = float(sum(v for k, v in kinds.items() if not k.startswith("token_")))
     # input rows/bytes: every (h-tile, w-tile) pair is loaded once per (co tile, ci step)
     h_real, h_pad = _axis_pads(sch.th[0], th, wl.sh, wl.kh, wl.ph, wl.h)
     w_real, w_pad = _axis_pads(sch.tw[0], tw, wl.sw, wl.kw, wl.pw, wl.w)
@@ -89,9 +89,8 @@ def compile_features(wl: Conv2dWorkload, sch, hw: VTAConfig, plan: dict, kinds: 
         "tile.h_ext": float(h_ext), "tile.w_ext": float(w_ext),
         "dma.inp_per_step": float(plan["inp_dma"][0]), "dma.out_per_tile": float(plan["out_dma"][0]),
     })
-    # tokens: load<->compute per ci step, compute<->store per tile
-    f["tokens.l2g"] = float(kinds.get("load_wgt", 0))
-    f["tokens.g2s"] = float(n_outer)
+    f["tokens.push"] = float(kinds.get("token_push", 0))
+    f["tokens.pop"] = float(kinds.get("token_pop", 0))
     f["tokens.nops"] = float(kinds.get("nop_load", 0) + kinds.get("nop_compute", 0) + kinds.get("nop_store", 0))
     f.update({
         "occ.inp": T * plan["inp_tile"] / hw.inp_depth,

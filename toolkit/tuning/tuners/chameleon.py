@@ -25,7 +25,7 @@ from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.ppo import RLOptimizer
 from toolkit.tuning.sa import SimulatedAnnealing
-from toolkit.tuning.sampling import K_RULES, REDUCTIONS, adaptive_sample
+from toolkit.tuning.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample
 from toolkit.tuning.tuners.base import Option, TuningContext, register
 from toolkit.tuning.tuners.model_based import ModelBasedTuner
 
@@ -62,6 +62,8 @@ SAMPLING_OPTIONS = {
     "k_rule": Option("knee", "knee: keep the last k that paid off; stop: keep the k where the loop stopped "
                      "(reference code)", str, K_RULES),
     "n_cardinal": Option(2, "cluster on this many knobs with the most options", int),
+    "representative": Option("nearest", "per cluster, measure the candidate nearest the centroid, or a config "
+                             "synthesised at the centroid (reference code)", str, REPRESENTATIVES),
     "reduction": Option("mode", "synthesis of a redundant sample: mode (per-knob mode of its cluster, paper) or "
                         "sample (centroid + random candidate values, reference code)", str, REDUCTIONS),
 }
@@ -110,7 +112,7 @@ class _SamplingMixin(ModelBasedTuner):
         p = self.params
         out = adaptive_sample(self.space, cands, self.visited, self.rng, k_min=p["k_min"], k_max=p["k_max"],
                               k_step=p["k_step"], threshold=p["k_threshold"], n_cardinal=p["n_cardinal"],
-                              reduction=p["reduction"], rule=p["k_rule"])
+                              reduction=p["reduction"], rule=p["k_rule"], representative=p["representative"])
         self.sampled_k.append(len(out.indices))
         self._n_synth += out.n_synthesized
         self._n_rand += out.n_random

@@ -1,0 +1,132 @@
+"""``edgetune bench`` (tuners side by side) and ``edgetune report`` (a tuning log's report)."""
+
+from __future__ import annotations
+
+import json as _json
+import shlex
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from toolkit import console
+from toolkit.boards import Inventory, resolve_board
+from toolkit.cli.app import app
+from toolkit.errors import ConfigError
+from toolkit.tuning.bench import DEFAULT_CACHE_DIR, BenchResult, board_with_preset, expand_workloads, run_bench
+
+
+def _command_line(ctx: typer.Context) -> str:
+    """The command as typed, rebuilt from the parsed options (those left at their default omitted)."""
+    parts = ["edgetune", ctx.info_name or "bench"]
+    for p in ctx.command.params:
+        value = ctx.params.get(p.name)
+        if value is None or value == p.default or p.name == "inventory":
+            continue
+        if getattr(p, "is_flag", False):
+            parts.append(p.opts[0] if value else p.secondary_opts[0])
+            continue
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            parts += [p.opts[0], shlex.quote(str(v))]
+    return " ".join(parts)
+
+
+def _write(result: BenchResult, json_out: Path, plot: Path | None, markdown: Path | None,
+           title: str | None) -> None:
+    """Write the JSON (and the plot and markdown tables when asked)."""
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(_json.dumps(result.to_json(), indent=1))
+    if plot is not None or markdown is not None:
+        from toolkit.report import bench_markdown, plot_bench
+
+        if plot is not None:
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot_bench(result, plot)
+        if markdown is not None:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(bench_markdown(result, title, str(plot) if plot else None))
+
+
+def _split(items: list[str]) -> list[str]:
+    return [p.strip() for item in items for p in item.split(",") if p.strip()]
+
+
+@app.command("bench", rich_help_panel="Tune")
+def bench(
+    ctx: typer.Context,
+    workloads: Annotated[list[str], typer.Option(
+        "--workloads", "-w", help="Workloads: network names (resnet18 = C2..C11 on VTA boards), named layers "
+                                  "(resnet18.C2,resnet18.C5) or specs (separate specs with ';' or repeat the option).")],
+    tuners: Annotated[str, typer.Option("--tuners", "-t", help="Comma-separated tuner names (see `edgetune tuners`).")],
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials per run (the same budget for all).")],
+    json_out: Annotated[Path, typer.Option("--json", help="Write every run and the summary to this JSON file.")],
+    board: Annotated[str, typer.Option("--board", "-b", help="Board (vta-fsim, local, or a registered board).")]
+    = "vta-fsim",
+    seeds: Annotated[int, typer.Option("--seeds", "-s", min=1, help="Seeds 0..K-1 per tuner and workload.")] = 3,
+    reference: Annotated[str, typer.Option(help="Tuner whose final best defines trials_to_match.")] = "xgb",
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the convergence plot (PNG).")] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Write the docs/benchmarks.md tables.")]
+    = None,
+    title: Annotated[Optional[str], typer.Option(help="Heading of the --markdown section.")] = None,
+    tvm_compat: Annotated[bool, typer.Option(
+        "--tvm-compat", help="VTA: only configs TVM v0.18 can build, with its exact instruction stream.")] = False,
+    vta_config: Annotated[Optional[str], typer.Option(
+        "--vta-config", help="VTA: simulate another hardware preset (pynq, ultra96, zcu102) on this board.")] = None,
+    replay: Annotated[bool, typer.Option(
+        "--replay/--no-replay", help="Replay measurements from an exhaustive simulator log of each workload "
+                                     "(built on first use) instead of measuring every trial.")] = True,
+    cache_dir: Annotated[Optional[list[str]], typer.Option(
+        "--cache-dir", help="Folders searched for exhaustive logs (repeatable); missing ones are built in the first.")]
+    = None,
+    inventory: Annotated[Optional[Path], typer.Option(
+        "--inventory", envvar="EDGETUNE_INVENTORY", help="Board inventory file.")] = None,
+) -> None:
+    """Run several tuners on the same workloads, budget, seeds and board; compare them."""
+    brd = board_with_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    if tvm_compat and brd.profile.family != "vta":
+        raise ConfigError("--tvm-compat applies to VTA boards only")
+    wls = expand_workloads(workloads, brd.profile.family)
+    names = _split([tuners])
+    for path, suffix in ((plot, ".png"), (markdown, ".md")):
+        if path is not None and path.suffix.lower() != suffix:
+            raise ConfigError(f"{path} must end in {suffix}")
+    command = _command_line(ctx)
+    with console.progress() as bar:
+        ids: dict[str, int] = {}
+
+        def on_progress(what: str, done: int, total: int) -> None:
+            key = "cache" if what.startswith("cache") else "runs"
+            if key not in ids:
+                ids[key] = bar.add_task("exhaustive cache" if key == "cache" else "bench", total=total, status="")
+            bar.update(ids[key], completed=done, total=total, status=what)
+
+        result = run_bench(brd, wls, names, trials, seeds, reference=reference,
+                           template_options={"tvm_compat": True} if tvm_compat else {}, replay=replay,
+                           cache_dirs=cache_dir or [DEFAULT_CACHE_DIR], command=command, progress=on_progress,
+                           checkpoint=lambda partial: _write(partial, json_out, plot, markdown, title))
+    _write(result, json_out, plot, markdown, title)
+    rows = [(t, "-" if m["best_vs_optimum"] is None else f"{m['best_vs_optimum']:.4f}",
+             "-" if m["trials_to_match_vs_reference"] is None else f"{m['trials_to_match_vs_reference']:.3f}",
+             m["unmatched"], "-" if m["invalid_vs_reference"] is None else f"{m['invalid_vs_reference']:.3f}",
+             f"{m['wall_s']:.1f}", f"{m['tuner_s']:.1f}") for t, m in result.summary.items()]
+    console.table(f"{brd.name}: {len(wls)} workloads x {seeds} seeds x {trials} trials (geometric means)",
+                  ["tuner", "best/optimum", f"trials to match {reference}", "never matched", "invalid vs ref",
+                   "wall s/run", "tuner s/run"], rows)
+    missing = [w for w, i in result.workloads.items() if i["optimum"] is None]
+    if missing:
+        console.info(f"optimum unknown (no exhaustive log) for {', '.join(missing)}")
+    console.info(f"wrote {json_out}" + (f", {plot}" if plot else "") + (f", {markdown}" if markdown else ""))
+
+
+@app.command("report", rich_help_panel="Tune")
+def report(
+    logs: Annotated[list[Path], typer.Argument(help="Tuning logs (.jsonl) to report on.", exists=True,
+                                               dir_okay=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Report file: .png or .html (PNG embedded + tables).")],
+    top: Annotated[int, typer.Option(min=1, help="How many of the best configs to list per log.")] = 5,
+) -> None:
+    """A tuning log's convergence, valid/invalid trials over time and the best configs' knob values."""
+    from toolkit.report import log_report
+
+    log_report(logs, out, top)
+    console.info(f"wrote {out}")

@@ -1,0 +1,262 @@
+"""Plots and reports (matplotlib, Agg backend): bench curves, bench tables, tuning-log reports.
+
+* :func:`plot_bench`: best-so-far vs trials, one subplot per workload, one line per tuner
+  (median over seeds, min-max band), the space's optimum dashed.
+* :func:`bench_markdown`: the tables of ``docs/benchmarks.md`` (machine, command, date in the header).
+* :func:`log_report`: a tuning log's convergence, valid/invalid trials over time and the knob
+  values of the best configs, as a PNG or an HTML page (the PNG embedded as base64, plus tables).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolkit.errors import ConfigError
+from toolkit.tuning.bench import BenchResult
+from toolkit.tuning.records import Record, read_log
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(n, 4)
+    return math.ceil(n / cols), cols
+
+
+def _curves(histories: Sequence[Sequence[float | None]]) -> np.ndarray:
+    """Histories (None = no valid trial yet) as a seeds x trials array in ms, NaN-padded."""
+    n = max(len(h) for h in histories)
+    arr = np.full((len(histories), n), np.nan)
+    for i, h in enumerate(histories):
+        arr[i, :len(h)] = [np.nan if v is None or not math.isfinite(v) else v * 1e3 for v in h]
+        if h:   # a run that stopped early (space exhausted) keeps its final best
+            arr[i, len(h):] = arr[i, len(h) - 1]
+    return arr
+
+
+def plot_bench(result: BenchResult, path: str | Path | None = None):
+    """Best-so-far (ms) vs trials per workload; returns the matplotlib Figure (saved to ``path`` if given).
+
+    Each axes holds one line per tuner (the median over seeds, a min-max band as a filled
+    area) and, where the optimum is known, one dashed horizontal line.
+    """
+    plt = _pyplot()
+    names = list(result.workloads)
+    if not names:
+        raise ConfigError("the bench result has no workloads to plot")
+    rows, cols = _grid(len(names))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    tuners = result.settings.get("tuners") or list(dict.fromkeys(r.tuner for r in result.runs))
+    colors = {t: f"C{i}" for i, t in enumerate(tuners)}
+    for ax, wl in zip(axes.flat, names):
+        for t in tuners:
+            hs = [r.history for r in result.runs if r.workload == wl and r.tuner == t and r.history]
+            if not hs:
+                continue
+            arr = _curves(hs)
+            x = np.arange(1, arr.shape[1] + 1)
+            with warnings.catch_warnings():   # all-NaN columns (no valid trial yet) stay NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
+            ax.plot(x, med, color=colors[t], label=t, lw=1.4)
+            ax.fill_between(x, lo, hi, color=colors[t], alpha=0.15, lw=0)
+        opt = result.workloads[wl].get("optimum")
+        if opt:
+            ax.axhline(opt * 1e3, color="black", ls="--", lw=1, label="optimum")
+            ax.set_ylim(opt * 1e3 * 0.97, None)
+        ax.set_title(wl, fontsize=9)
+        ax.set_xlabel("trials", fontsize=8)
+        ax.set_ylabel("best latency (ms)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        _clip_top(ax, opt)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    s = result.settings
+    fig.suptitle(f"{s.get('board')}: {s.get('trials')} trials, {s.get('seeds')} seeds (median, min-max band)",
+                 fontsize=9, y=0.995)
+    top = 1 - 0.55 / fig.get_figheight()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, top + 0.2 / fig.get_figheight()),
+               ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, top - 0.1 / fig.get_figheight()))
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def _clip_top(ax, opt: float | None) -> None:
+    """Keep the interesting part visible: at most 3x the optimum (first trials can be 100x slower)."""
+    if opt:
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, min(hi, opt * 1e3 * 3))
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def bench_markdown(result: BenchResult, title: str | None = None, plot: str | None = None) -> str:
+    """Markdown: a header (machine, command, date, versions), the per-tuner summary, per-workload medians."""
+    e, s = result.environment, result.settings
+    ref = s.get("reference")
+    lines = [f"### {title or s.get('board')}", "",
+             f"- machine: {e.get('machine')}", f"- command: `{e.get('command')}`", f"- date: {e.get('date')}",
+             f"- versions: edgetune {e.get('edgetune')}, TVM {e.get('tvm')}, Python {e.get('python')}",
+             f"- settings: board `{s.get('board')}` (VTA config {s.get('vta_config')}), template options "
+             f"{s.get('template_options') or '{}'}, {s.get('trials')} trials, {s.get('seeds')} seeds, "
+             f"{'measurements replayed from exhaustive simulator logs' if s.get('replay') else 'live measurements'}, "
+             f"reference `{ref}`"]
+    planned = s.get("runs_planned")
+    if planned and len(result.runs) < planned:
+        lines.append(f"- **partial**: {len(result.runs)} of {planned} runs finished (the bench was stopped)")
+    lines.append("")
+    lines += ["| tuner | best / optimum (geomean) | runs at optimum | trials to match ref. (ratio, geomean) | "
+              "never matched | invalid vs ref. ((n+1) ratio, geomean) | invalid share | wall s / run | "
+              "tuner s / run |", "|---|---|---|---|---|---|---|---|---|"]
+    for t, m in result.summary.items():
+        lines.append(f"| {t} | {_fmt(m['best_vs_optimum'], '.4f')} | {m['found_optimum']}/{m['runs']} | "
+                     f"{_fmt(m['trials_to_match_vs_reference'], '.3f')} | {m['unmatched']} | "
+                     f"{_fmt(m['invalid_vs_reference'], '.3f')} | {m['invalid_share']:.1%} | {m['wall_s']:.2f} | "
+                     f"{m['tuner_s']:.2f} |")
+    tuners = list(result.summary)
+    lines += ["", "Median over seeds of best / optimum per workload (optimum in ms; `-`: not enumerated):", "",
+              "| workload | space | optimum ms | " + " | ".join(tuners) + " |",
+              "|---|---|---|" + "---|" * len(tuners)]
+    for wl, info in result.workloads.items():
+        opt = info.get("optimum")
+        cells = []
+        for t in tuners:
+            bs = [r.best() for r in result.runs if r.workload == wl and r.tuner == t]
+            med = float(np.median(bs)) if bs else math.inf
+            cells.append(_fmt(med / opt if opt else med * 1e3, ".4f"))
+        lines.append(f"| {wl} | {info.get('space_size')} | {_fmt(opt * 1e3 if opt else None, '.4f')} | "
+                     + " | ".join(cells) + " |")
+    if plot:
+        lines += ["", f"![{s.get('board')} convergence]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+# -- tuning-log reports --------------------------------------------------------------------------------
+def _load(paths: Sequence[str | Path]) -> list[tuple[str, list[Record]]]:
+    if not paths:
+        raise ConfigError("no tuning log given; pass one or more .jsonl logs (edgetune tune --log)")
+    out = []
+    for p in paths:
+        header, records = read_log(p)
+        wl = header.task.get("workload", {})
+        label = wl.get("name") or Path(p).stem
+        out.append((f"{label} on {header.task.get('board')} ({Path(p).name})", sorted(records, key=lambda r: r.trial)))
+    return out
+
+
+def best_configs(records: Sequence[Record], k: int = 5) -> list[Record]:
+    """The ``k`` fastest valid records, fastest first."""
+    return sorted((r for r in records if r.valid), key=lambda r: r.seconds)[:k]
+
+
+def _knob_value(v: Any) -> str:
+    return "x".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5):
+    """Figure: convergence, valid/invalid over time, and a table of the best configs' knob values."""
+    plt = _pyplot()
+    fig = plt.figure(figsize=(11, 4 + 0.28 * top * len(logs)))
+    gs = fig.add_gridspec(2, 2, height_ratios=(3, 0.6 + 0.35 * top * len(logs)))
+    conv, valid, tab = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, :])
+    rows, cols = [], ["log", "rank", "ms", "trial"]
+    for i, (name, recs) in enumerate(logs):
+        best, hist = math.inf, []
+        for r in recs:
+            best = min(best, r.seconds)
+            hist.append(best * 1e3 if math.isfinite(best) else np.nan)
+        x = np.arange(1, len(recs) + 1)
+        conv.plot(x, hist, color=f"C{i}", label=name)
+        ok = np.cumsum([r.valid for r in recs])
+        valid.plot(x, ok, color=f"C{i}", label=f"{name}: valid")
+        valid.plot(x, x - ok, color=f"C{i}", ls=":", label=f"{name}: invalid")
+        knobs = list(recs[0].config) if recs else []
+        cols += [k for k in knobs if k not in cols]
+        for rank, r in enumerate(best_configs(recs, top), 1):
+            rows.append({"log": name.split(" (")[0], "rank": str(rank), "ms": f"{r.seconds * 1e3:.4f}",
+                         "trial": str(r.trial), **{k: _knob_value(v) for k, v in r.config.items()}})
+    conv.set(title="convergence", xlabel="trial", ylabel="best latency (ms)")
+    valid.set(title="valid / invalid trials (cumulative)", xlabel="trial", ylabel="trials")
+    conv.legend(fontsize=7)
+    valid.legend(fontsize=7)
+    tab.axis("off")
+    if rows:
+        t = tab.table(cellText=[[row.get(c, "") for c in cols] for row in rows], colLabels=cols, loc="upper center",
+                      cellLoc="center")
+        t.auto_set_font_size(False)
+        t.set_fontsize(7)
+        tab.set_title(f"best {top} configs (knob values)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def log_report(paths: Sequence[str | Path], out: str | Path, top: int = 5):
+    """Write the report of tuning logs ``paths`` to ``out`` (``.png`` or ``.html``); returns the Figure."""
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".html"):
+        raise ConfigError(f"--out {out} must end in .png or .html")
+    logs = _load(paths)
+    fig = plot_log_report(logs, top)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() == ".png":
+        fig.savefig(out, dpi=110)
+        return fig
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    out.write_text(_html(logs, base64.b64encode(buf.getvalue()).decode(), top))
+    return fig
+
+
+def _table(cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _html(logs: Sequence[tuple[str, list[Record]]], png_b64: str, top: int) -> str:
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>edgetune report</title><style>"
+             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}</style></head><body>",
+             "<h1>edgetune tuning report</h1>", f"<img alt='report' src='data:image/png;base64,{png_b64}'>"]
+    summary = []
+    for name, recs in logs:
+        valid = [r for r in recs if r.valid]
+        errors: dict[str, int] = {}
+        for r in recs:
+            if not r.valid:
+                errors[r.error or "no_cost"] = errors.get(r.error or "no_cost", 0) + 1
+        best = min((r.seconds for r in valid), default=math.inf)
+        summary.append((name, len(recs), len(valid), len(recs) - len(valid),
+                        ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "-",
+                        f"{best * 1e3:.4f}" if math.isfinite(best) else "-"))
+    parts += ["<h2>Logs</h2>", _table(["log", "trials", "valid", "invalid", "errors", "best ms"], summary)]
+    for name, recs in logs:
+        bests = best_configs(recs, top)
+        knobs = list(bests[0].config) if bests else []
+        parts += [f"<h2>Best {top} configs: {html.escape(name)}</h2>",
+                  _table(["rank", "ms", "trial", "index", *knobs],
+                         [(i, f"{r.seconds * 1e3:.4f}", r.trial, r.index, *(_knob_value(r.config.get(k)) for k in knobs))
+                          for i, r in enumerate(bests, 1)])]
+    parts.append("</body></html>")
+    return "\n".join(parts)
