@@ -196,7 +196,7 @@ def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5):
         for rank, r in enumerate(best_configs(recs, top), 1):
             rows.append({"log": name.split(" (")[0], "rank": str(rank), "ms": f"{r.seconds * 1e3:.4f}",
                          "trial": str(r.trial), **{k: _knob_value(v) for k, v in r.config.items()}})
-    conv.set(title="convergence", xlabel="trial", ylabel="best latency (ms)")
+    conv.set(title="convergence", xlabel="trial", ylabel="best latency (ms)", yscale="log")
     valid.set(title="valid / invalid trials (cumulative)", xlabel="trial", ylabel="trials")
     conv.legend(fontsize=7)
     valid.legend(fontsize=7)

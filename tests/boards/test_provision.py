@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 
+import numpy as np
+
 import pytest
+from tvm import rpc
 from typer.testing import CliRunner
 
+from toolkit.boards import resolve_board
 from toolkit.cli.app import app
 from toolkit.rpc.provision import call_health
+from toolkit.rpc.vta_runner import VTARPCRunner
+from toolkit.tuning.loop import tune
+from toolkit.tuning.measure import LocalBuilder
+from toolkit.tuning.rpc_runner import RPCRunner
+from toolkit.tuning.runner import MeasureOptions
+from toolkit.tuning.task import Task
+from toolkit.tuning.tuners.base import make_tuner
+from toolkit.workloads import parse_workload
 
 from .conftest import free_port
 
@@ -52,6 +66,10 @@ def test_dry_run_plans_follow_the_profiles(tmp_path, monkeypatch):
     pi = json.dumps(_plan("pi"))
     assert "apache-tvm==0.27.0.post1" in pi and "make runtime" not in pi and "--bitstream" not in pi
     assert "--executor tvm" in pi and "--key rpi4" in pi
+    # a board on the network is reached through SSH tunnels by default: the agent stays on loopback
+    full = json.loads(_ok("board", "provision", "pz", "--dry-run", "--json").stdout)
+    assert full["tunnel"] is True and "--report-host 127.0.0.1" in json.dumps(full["steps"])
+    assert "--host 127.0.0.1" in json.dumps(full["steps"])
     sim = json.dumps(_plan("sim"))
     assert "--executor fsim" in sim and "--key vta-fsim" in sim
     assert "CUDA" in json.dumps(_plan("j"))  # the wheel-has-no-CUDA note is shown
@@ -61,11 +79,18 @@ def test_dry_run_plans_follow_the_profiles(tmp_path, monkeypatch):
     _ok("bitstream", "add", src, "--target", "pynq", "--hw-ver", "0.0.2")
     bit = [s for s in _plan("pz") if s["name"].startswith("upload bitstream")][0]
     assert "sha256sum -c" in bit["check"] and bit["upload"].endswith("1x16_i8w8a32_15_15_18_17.bit")
+    # a prebuilt runtime is uploaded instead of built
+    wheel = tmp_path / "tvm-0.27-cp311-linux_armv7l.whl"
+    wheel.write_bytes(b"wheel")
+    steps = _plan("pz", "--runtime-path", wheel)
+    assert not any("make runtime" in (s["run"] or "") for s in steps)
+    assert any((s["upload"] or "").endswith(wheel.name) for s in steps)
     # human-readable dry-run prints every command
     out = _ok("board", "provision", "pi", "--dry-run").stdout
     assert "python3 -m venv" in out and "toolkit.rpc.agent" in out
 
 
+@pytest.mark.slow
 def test_provision_status_logs_stop_over_ssh(sshd, trusted, tracker, tmp_path):
     boards = {"sim1": ("vta-fsim", "127.0.0.2"), "loc1": ("local", "127.0.0.3")}
     for name, (type_, host) in boards.items():
@@ -88,6 +113,21 @@ def test_provision_status_logs_stop_over_ssh(sshd, trusted, tracker, tmp_path):
     st = json.loads(_ok("tracker", "status", "--json").stdout)
     assert {"vta-fsim", "local"} <= set(st["summary"]["queue_info"])
     assert "agent sim1" in _ok("board", "logs", "sim1").stdout
+    # a short tune through the tracker on each board
+    for name, runner_ in (("sim1", VTARPCRunner(resolve_board("sim1"), wait_s=30)),
+                          ("loc1", RPCRunner(tracker[0], tracker[1], key="local"))):
+        task = Task.create(parse_workload("conv2d:H=8,W=8,CI=16,CO=16,K=3,S=1,P=1"), resolve_board(name))
+        summary = tune(task, make_tuner("random", seed=0), 3, runner=runner_, builder=LocalBuilder(n_parallel=0),
+                       measure_options=MeasureOptions(repeat=1))
+        assert summary.trials == 3 and summary.best_seconds < float("inf"), summary
+    assert VTARPCRunner(resolve_board("sim1"), wait_s=30).tracker == tracker
+    # the agent's other functions; a broken program is an in-band error, not a lost board
+    remote = rpc.connect_tracker(*tracker).request("vta-fsim", session_timeout=30)
+    info = json.loads(remote.get_function("edgetune.board_info")())
+    assert info["arch"] == os.uname().machine and info["tvm"] and info["executor"] == "fsim"
+    out = np.load(io.BytesIO(bytes(remote.get_function("edgetune.vta.run")(b"not a program", b"", 1))))
+    assert "ProgramFormatError" in bytes(out["__error__"]).decode()
+    del remote
     for name in boards:
         assert "stopped the agent" in _ok("board", "stop", name).stdout
         assert "no agent was running" in _ok("board", "stop", name).stdout

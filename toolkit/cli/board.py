@@ -159,9 +159,10 @@ def provision(
     bitstream: Annotated[Optional[str], typer.Option(
         help="FPGA boards: load this cached bitstream (TARGET/HW_VER/NAME) instead of the profile's; a mismatch "
              "with the board's VTA config is refused.")] = None,
-    tunnel: Annotated[bool, typer.Option(
-        "--tunnel", help="Reach the board's agent and let it reach the tracker through SSH tunnels kept by a "
-                         "background process (no RPC port on any network).")] = False,
+    tunnel: Annotated[Optional[bool], typer.Option(
+        "--tunnel/--no-tunnel", help="Reach the board's agent and let it reach the tracker through SSH tunnels kept "
+                                     "by a background process, so no RPC port is on any network (default: on, "
+                                     "except for boards on loopback or with --expose).")] = None,
     accept_new_host_key: AcceptNewOpt = False,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
@@ -176,13 +177,16 @@ def provision(
     opts = prov.ProvisionOptions(tracker=address, remote_dir=remote_dir, python=python,
                                  system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose,
                                  bitstream=bitstream)
+    if tunnel is None:
+        tunnel = not expose and not _loopback(entry.host)
     if tunnel:
         from toolkit.rpc.tunnel import start_keeper
 
         if dry_run:
             opts.board_tracker, opts.report_host, opts.report_port = ("127.0.0.1", 0), "127.0.0.1", 0
-            console.info("# --tunnel: a background process opens board:127.0.0.1:R -> tracker and "
-                         "127.0.0.1:L -> agent (R, L chosen when it starts)")
+            if not json:
+                console.info("# tunnel: a background process opens board:127.0.0.1:R -> tracker and "
+                             "127.0.0.1:L -> agent (R, L chosen when it starts; shown as 0 below)")
         else:
             keeper = start_keeper(name, address, prov.agent_paths(name, remote_dir)["state"], inventory=inventory,
                                   accept_new_host_key=accept_new_host_key)
@@ -191,7 +195,8 @@ def provision(
     plan = prov.make_plan(entry, opts)
     if dry_run:
         if json:
-            console.print_json({"board": name, "steps": [{"name": s.name, "check": s.check, "run": s.command,
+            console.print_json({"board": name, "tunnel": tunnel, "steps": [{"name": s.name, "check": s.check,
+                                "run": s.command,
                                 "upload": s.upload[1] if s.upload else None, "note": s.note} for s in plan.steps]})
         else:
             console.info(f"# provisioning plan for {name} ({entry.type}); nothing is changed")
@@ -206,6 +211,10 @@ def provision(
         return
     for o in outcomes:
         console.info(f"{'changed' if o.changed else 'ok':8} {o.name}: {o.detail}")
+
+
+def _loopback(host: str | None) -> bool:
+    return bool(host) and (host == "localhost" or host.startswith("127.") or host == "::1")
 
 
 def _dry_tracker() -> tuple[str, int]:

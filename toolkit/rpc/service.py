@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 from toolkit.errors import BoardError
 from toolkit.rpc.state import read_state, remove_state, write_state
@@ -42,7 +43,7 @@ def start_service(host: str = LOOPBACK, port: int = DEFAULT_PORT, port_end: int 
     state = running_tracker()
     if state:
         return {**state, "already_running": True}
-    tracker = start_tracker(host, port, port_end or port + 10)
+    tracker = start_tracker(host, port, port_end or (None if port == 0 else port + 10))
     state = {"pid": tracker.pid, "host": host, "port": tracker.address[1], "log": tracker.log_path,
              "started": time.time()}
     write_state("tracker", state)
@@ -70,6 +71,8 @@ def stop_service(timeout: float = 5.0) -> bool:
         if not _alive(pid):
             break
     remove_state("tracker")
+    if state.get("log"):
+        Path(state["log"]).unlink(missing_ok=True)
     return True
 
 
