@@ -76,8 +76,10 @@ def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str) 
 
 
 def write_section() -> None:
-    """Rebuild the section from every setting's markdown in ``bench/out/headline``."""
+    """Rebuild the section from every setting's markdown in ``bench/out/headline`` (and ``note.md``)."""
     parts = [INTRO]
+    if (OUT / "note.md").exists():
+        parts.append((OUT / "note.md").read_text())
     for name in SETTINGS:
         md = OUT / f"{name}.md"
         if md.exists():
@@ -98,10 +100,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trials", type=int, help="trials per run (default: each setting's)")
     ap.add_argument("--tuners", help="comma-separated tuners (default: each setting's)")
     ap.add_argument("--parallel", action="store_true", help="run the settings at the same time")
+    ap.add_argument("--note", help="what this run cut or could not run (kept in bench/out/headline/note.md)")
     ap.add_argument("--doc-only", action="store_true", help="only rebuild the docs section from bench/out/headline")
     args = ap.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     IMG.mkdir(parents=True, exist_ok=True)
+    if args.note is not None:
+        (OUT / "note.md").write_text(args.note.rstrip("\n") + "\n")
     if not args.doc_only:
         procs = []
         for name in args.settings.split(","):

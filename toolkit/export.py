@@ -42,6 +42,7 @@ from toolkit import __version__
 from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
 from toolkit.errors import BoardError, EdgetuneError, LogError
 from toolkit.tuning.records import Record, best_per_workload, read_log, tvm_version
+from toolkit.tuning.metaschedule import TraceTemplate, is_trace_config
 from toolkit.tuning.template import BuildError, Template
 from toolkit.workloads import Conv2dWorkload, parse_workload
 
@@ -347,10 +348,16 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
             template = _template(rec, profile)
             if progress is not None:
                 progress(template.workload.label)
-            config = _config(template, rec, log)
+            if is_trace_config(rec.config):   # a MetaSchedule record: its trace is applied and built
+                from toolkit.tuning.space import Config
+
+                template, config = TraceTemplate(template), Config(-1, rec.config)
+            else:
+                config = _config(template, rec, log)
             files, signature = _write_kernel(template, config, stage)
             kernels.append(KernelEntry(label=template.workload.label, workload=rec.workload, config=config.values,
-                                       index=config.index, latency_s=rec.seconds, tuner=rec.tuner,
+                                       index=config.index if config.index >= 0 else None, latency_s=rec.seconds,
+                                       tuner=rec.tuner,
                                        template=template.describe(), files=files, signature=signature))
         shutil.copyfile(log, stage / LOG_FILE)
         manifest = ExportManifest(

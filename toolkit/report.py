@@ -119,7 +119,7 @@ def bench_markdown(result: BenchResult, title: str | None = None, plot: str | No
              f"- machine: {e.get('machine')}", f"- command: `{e.get('command')}`", f"- date: {e.get('date')}",
              f"- versions: edgetune {e.get('edgetune')}, TVM {e.get('tvm')}, Python {e.get('python')}",
              f"- settings: board `{s.get('board')}` (VTA config {s.get('vta_config')}), template options "
-             f"{s.get('template_options') or '{}'}, {s.get('trials')} trials, {s.get('seeds')} seeds, "
+             f"{s.get('template_options') or '{}'}, {s.get('trials')} trials, {s.get('seeds')} seed(s), "
              f"{'measurements replayed from exhaustive simulator logs' if s.get('replay') else 'live measurements'}, "
              f"reference `{ref}`"]
     planned = s.get("runs_planned")

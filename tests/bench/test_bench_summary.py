@@ -79,3 +79,20 @@ def test_result_round_trips_through_json():
     runs = [_run("xgb", 0, [None, 1.0])]
     r = BenchResult({"machine": "m"}, {"board": "b"}, {"w": {"optimum": 1.0}}, runs, {"xgb": {}})
     assert BenchResult.from_json(r.to_json()).runs[0].history == [None, 1.0]
+
+
+def test_vta_config_selects_the_simulated_preset():
+    from toolkit.boards import resolve_board
+    from toolkit.tuning.bench import board_with_preset
+    from toolkit.tuning.task import Task
+    from toolkit.workloads import parse_workload
+
+    sim = resolve_board("vta-fsim")
+    assert board_with_preset(sim, None) is sim and board_with_preset(sim, "pynq") is sim
+    zcu = board_with_preset(sim, "zcu102")
+    assert zcu.name == "vta-fsim-zcu102" and zcu.profile.is_simulator
+    assert Task.create(parse_workload("resnet18.C11"), zcu).describe()["hw"]["TARGET"] == "zcu102"
+    with pytest.raises(ConfigError, match="preset"):
+        board_with_preset(sim, "nosuch")
+    with pytest.raises(ConfigError, match="VTA boards"):
+        board_with_preset(resolve_board("local"), "zcu102")

@@ -159,6 +159,15 @@ def test_runner_dispatch_names_missing_runners():
     assert isinstance(make_runner(SIM), SimRunner)
 
 
+def test_registered_simulator_board_is_reached_over_rpc():
+    from toolkit.boards import Board, BoardEntry
+    from toolkit.rpc.vta_runner import VTARPCRunner
+
+    entry = BoardEntry("sim-agent", "vta-fsim", host="127.0.0.1")
+    runner = make_runner(Board("sim-agent", entry.profile, entry), tracker=("127.0.0.1", 9190))
+    assert isinstance(runner, VTARPCRunner)
+
+
 def test_template_dispatch_options_and_invalid_configs():
     from toolkit.errors import ConfigError
     from toolkit.tuning.template import BuildError

@@ -100,7 +100,8 @@ def tune(
     tuner_obj = make_tuner(tuner, seed=seed, **parse_options(option))
     task = Task.create(wl, brd, **template_options)
     log_path = log or default_log_path(task)
-    runner = make_runner(brd, **({"tracker": tracker} if tracker and not brd.profile.is_simulator else {}))
+    in_process = brd.profile.is_simulator and brd.entry is None
+    runner = make_runner(brd, **({"tracker": tracker} if tracker and not in_process else {}))
     with console.progress() as bar:
         bar_id = bar.add_task(f"{tuner} {wl.label}", total=trials, status="")
 

@@ -107,11 +107,16 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
     ``resume`` the log's trials are restored (header must match the task, else
     :class:`LogError`) and never measured again. ``early_stopping=K`` stops when the best has
     not improved for ``K`` trials (AutoTVM). Builder and runner default to the board's;
+    a *driver* tuner (``drives_itself``, e.g. ``metaschedule``) gets the whole run through its
+    ``drive(task, n_trials, log=, resume=, runner=, measure_options=, callback=)`` instead;
     ``measure_options`` defaults to timing only (no output check, as AutoTVM); pass
     ``MeasureOptions(check=True)`` to compare every output with the reference.
     """
     if n_trials < 0:
         raise LogError(f"the number of trials must be >= 0, got {n_trials}")
+    if getattr(tuner, "drives_itself", False):   # a driver (metaschedule) runs its own search loop
+        return tuner.drive(task, n_trials, log=log, resume=resume, runner=runner,  # type: ignore[attr-defined]
+                           measure_options=measure_options, callback=callback)
     t_start = time.perf_counter()
     space = task.space
     builder = builder or default_builder(task.board)

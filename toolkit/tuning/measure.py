@@ -185,10 +185,16 @@ _RUNNERS = {
 
 def make_runner(board: Board, **options: Any) -> Runner:
     """The runner for ``board``'s executor: ``fsim`` -> :class:`SimRunner`, ``tvm`` ->
-    ``RPCRunner(board, **options)``, ``fpga`` -> ``VTARPCRunner(board, **options)``."""
+    ``RPCRunner(board, **options)``, ``fpga`` -> ``VTARPCRunner(board, **options)``.
+
+    A *registered* board of the simulator type is a provisioned agent reached over RPC like an
+    FPGA board; only the built-in ``vta-fsim`` runs in-process.
+    """
     import importlib
 
     executor = board.profile.executor
+    if executor == "fsim" and board.entry is not None:
+        executor = "fpga"
     if executor not in _RUNNERS:
         raise BoardError(f"board {board.name!r} has executor {executor!r}; known executors: {', '.join(_RUNNERS)}")
     module, name = _RUNNERS[executor]

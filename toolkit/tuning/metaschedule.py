@@ -30,6 +30,7 @@ needs it) and keep the profile's resolved ``mcpu``; ``apache-tvm-ffi==0.1.14.pos
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import tempfile
@@ -125,6 +126,24 @@ def make_runner(host: str, port: int, key: str, options: MeasureOptions) -> Any:
 
 
 # ---- traces -----------------------------------------------------------------------------------
+def trace_json(trace: Any) -> Any:
+    """A ``Trace`` as plain JSON (``Trace.as_json`` leaves ``IntImm``/``FloatImm`` objects in it)."""
+    from tvm import tirx
+
+    def plain(obj: Any) -> Any:
+        if isinstance(obj, tirx.IntImm):
+            return int(obj.value)
+        if isinstance(obj, tirx.FloatImm):
+            return float(obj.value)
+        if isinstance(obj, dict):
+            return {str(k): plain(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [plain(v) for v in obj]
+        return obj
+
+    return plain(trace.as_json(remove_postproc=False))
+
+
 def apply_trace(template: Template, trace_json: Any) -> Any:
     """The workload's PrimFunc scheduled by a MetaSchedule trace (``Trace.as_json()``): a ``Schedule``."""
     from tvm import s_tir
@@ -258,6 +277,9 @@ class MetaScheduleTuner(Tuner):
                 callback: Any) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        quiet = logging.getLogger("tvm.s_tir.meta_schedule")
+        if quiet.level == logging.NOTSET:  # its console handler takes this level: no INFO/DEBUG on stdout
+            quiet.setLevel(logging.WARNING)
         template = task.template
         mod = workload_module(template)
         target = ms_target(task.board.profile)
@@ -313,7 +335,7 @@ def _journal_callback(tuner: str, task: Any, summary: Any, journal: Journal | No
             for cand, built, ran in zip(measure_candidates, builder_results, runner_results):
                 if summary.trials - first >= budget:
                     break
-                config = {"kind": KIND, "trace": cand.sch.trace.as_json(remove_postproc=False)}
+                config = {"kind": KIND, "trace": trace_json(cand.sch.trace)}
                 if built.error_msg is not None:
                     error, msg, costs = ErrorClass.COMPILE_ERROR.value, _tail(built.error_msg), []
                 elif ran.error_msg is not None:
