@@ -18,6 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from toolkit.report import bench_markdown, plot_bench
+from toolkit.tuning.bench import BenchResult
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "headline"
 IMG = ROOT / "docs" / "img"
@@ -29,13 +32,13 @@ CACHES = ("bench/out/headline-cache", "bench/out/tuning-cache", "bench/out/ml2-c
 in the first folder."""
 
 SETTINGS: dict[str, dict] = {
-    "pynq": {"title": "VTA simulator, Pynq config, edgetune's space (ResNet-18 C2-C11)",
+    "pynq": {"title": "VTA simulator, Pynq config, edgetune's space",
              "args": ["--board", "vta-fsim"], "layers": [f"C{i}" for i in range(2, 12)], "tuners": VTA_TUNERS,
              "trials": 400, "seeds": 5},
     "zcu102": {"title": "VTA simulator, ZCU102 config (ML2Tuner's enlarged VTA), TVM-compatible space",
                "args": ["--board", "vta-fsim", "--vta-config", "zcu102", "--tvm-compat"],
                "layers": [f"C{i}" for i in range(2, 12)], "tuners": VTA_TUNERS, "trials": 400, "seeds": 5},
-    "local": {"title": "local CPU, real TVM builds and measurements (ResNet-18 C2, C5, C8)",
+    "local": {"title": "local CPU, real TVM builds and measurements",
               "args": ["--board", "local", "--no-replay"], "layers": ["C2", "C5", "C8"],
               "tuners": "xgb,ml2tuner,chameleon-ml2", "trials": 400, "seeds": 3},
 }
@@ -62,13 +65,13 @@ below is exactly the command in each table's header.
 """
 
 
-def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str) -> list[str]:
+def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str, out_name: str) -> list[str]:
     s = SETTINGS[name]
     out, img = OUT.relative_to(ROOT), IMG.relative_to(ROOT)
     cmd = [str(Path(sys.executable).parent / "edgetune"), "bench", *s["args"],
            "--workloads", ",".join(f"resnet18.{layer}" for layer in layers), "--tuners", tuners,
-           "--trials", str(trials), "--seeds", str(seeds), "--json", str(out / f"{name}.json"),
-           "--plot", str(img / f"headline_{name}.png"), "--markdown", str(out / f"{name}.md"),
+           "--trials", str(trials), "--seeds", str(seeds), "--json", str(out / f"{out_name}.json"),
+           "--plot", str(img / f"headline_{out_name}.png"), "--markdown", str(out / f"{out_name}.md"),
            "--title", s["title"]]
     for c in CACHES:
         cmd += ["--cache-dir", c]
@@ -76,15 +79,20 @@ def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str) 
 
 
 def write_section() -> None:
-    """Rebuild the section from every setting's markdown in ``bench/out/headline`` (and ``note.md``)."""
+    """Rebuild the section (tables and plots) from every bench JSON in ``bench/out/headline`` (and ``note.md``)."""
     parts = [INTRO]
     if (OUT / "note.md").exists():
         parts.append((OUT / "note.md").read_text())
-    for name in SETTINGS:
-        md = OUT / f"{name}.md"
-        if md.exists():
-            text = md.read_text().replace(f"]({IMG.relative_to(ROOT)}/", "](img/")
-            parts.append(text)
+    names = sorted({p.stem for p in OUT.glob("*.json")}, key=lambda n: (list(SETTINGS).index(n.split("-")[0])
+                                                                          if n.split("-")[0] in SETTINGS else 99, n))
+    for name in names:
+        js = OUT / f"{name}.json"
+        if js.exists():   # the tables are rebuilt from the JSON, so they follow toolkit.report's format
+            result = BenchResult.load(js)
+            title = SETTINGS.get(name.split("-")[0], {}).get("title")
+            png = IMG / f"headline_{name}.png"
+            plot_bench(result, png)
+            parts.append(bench_markdown(result, title, f"img/{png.name}"))
     text = "\n".join(parts).rstrip("\n") + "\n\n"
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
@@ -99,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, help="seeds per tuner and layer (default: each setting's)")
     ap.add_argument("--trials", type=int, help="trials per run (default: each setting's)")
     ap.add_argument("--tuners", help="comma-separated tuners (default: each setting's)")
+    ap.add_argument("--suffix", help="write <setting><suffix>.json/.md (a second table) instead of <setting>.*")
     ap.add_argument("--parallel", action="store_true", help="run the settings at the same time")
     ap.add_argument("--note", help="what this run cut or could not run (kept in bench/out/headline/note.md)")
     ap.add_argument("--doc-only", action="store_true", help="only rebuild the docs section from bench/out/headline")
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.settings.split(","):
             s = SETTINGS[name]
             cmd = command(name, args.layers.split(",") if args.layers else s["layers"], args.seeds or s["seeds"],
-                          args.trials or s["trials"], args.tuners or s["tuners"])
+                          args.trials or s["trials"], args.tuners or s["tuners"], name + (args.suffix or ""))
             print(" ".join(cmd), flush=True)
             p = subprocess.Popen(cmd, cwd=ROOT)
             if args.parallel:

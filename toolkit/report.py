@@ -80,7 +80,8 @@ def plot_bench(result: BenchResult, path: str | Path | None = None):
             ax.axhline(opt * 1e3, color="black", ls="--", lw=1, label="optimum")
             ax.set_ylim(opt * 1e3 * 0.97, None)
         ax.set_title(wl, fontsize=9)
-        ax.set_xlabel("trials", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("trials (log scale)", fontsize=8)
         ax.set_ylabel("best latency (ms)", fontsize=8)
         ax.tick_params(labelsize=7)
         _clip_top(ax, opt)
@@ -88,7 +89,7 @@ def plot_bench(result: BenchResult, path: str | Path | None = None):
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     s = result.settings
-    fig.suptitle(f"{s.get('board')}: {s.get('trials')} trials, {s.get('seeds')} seeds (median, min-max band)",
+    fig.suptitle(f"{s.get('board')}: {s.get('trials')} trials, {s.get('seeds')} seed(s) (median, min-max band)",
                  fontsize=9, y=0.995)
     top = 1 - 0.55 / fig.get_figheight()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, top + 0.2 / fig.get_figheight()),
@@ -118,24 +119,27 @@ def bench_markdown(result: BenchResult, title: str | None = None, plot: str | No
     lines = [f"### {title or s.get('board')}", "",
              f"- machine: {e.get('machine')}", f"- command: `{e.get('command')}`", f"- date: {e.get('date')}",
              f"- versions: edgetune {e.get('edgetune')}, TVM {e.get('tvm')}, Python {e.get('python')}",
-             f"- settings: board `{s.get('board')}` (VTA config {s.get('vta_config')}), template options "
+             f"- settings: board `{s.get('board')}`"
+             + (f" (VTA config {s['vta_config']})" if s.get("vta_config") else "") + ", template options "
              f"{s.get('template_options') or '{}'}, {s.get('trials')} trials, {s.get('seeds')} seed(s), "
              f"{'measurements replayed from exhaustive simulator logs' if s.get('replay') else 'live measurements'}, "
              f"reference `{ref}`"]
     planned = s.get("runs_planned")
     if planned and len(result.runs) < planned:
-        lines.append(f"- **partial**: {len(result.runs)} of {planned} runs finished (the bench was stopped)")
+        lines.append(f"- **partial**: {len(result.runs)} of {planned} runs finished (partial result)")
     lines.append("")
     lines += ["| tuner | best / optimum (geomean) | runs at optimum | trials to match ref. (ratio, geomean) | "
               "never matched | invalid vs ref. ((n+1) ratio, geomean) | invalid share | wall s / run | "
               "tuner s / run |", "|---|---|---|---|---|---|---|---|---|"]
     for t, m in result.summary.items():
-        lines.append(f"| {t} | {_fmt(m['best_vs_optimum'], '.4f')} | {m['found_optimum']}/{m['runs']} | "
+        at_opt = f"{m['found_optimum']}/{m['runs']}" if m["best_vs_optimum"] is not None else "-"
+        lines.append(f"| {t} | {_fmt(m['best_vs_optimum'], '.4f')} | {at_opt} | "
                      f"{_fmt(m['trials_to_match_vs_reference'], '.3f')} | {m['unmatched']} | "
                      f"{_fmt(m['invalid_vs_reference'], '.3f')} | {m['invalid_share']:.1%} | {m['wall_s']:.2f} | "
                      f"{m['tuner_s']:.2f} |")
     tuners = list(result.summary)
-    lines += ["", "Median over seeds of best / optimum per workload (optimum in ms; `-`: not enumerated):", "",
+    lines += ["", "Per workload, the median over seeds of best / optimum (where the space was not enumerated, "
+              "optimum `-`: the median best latency in ms):", "",
               "| workload | space | optimum ms | " + " | ".join(tuners) + " |",
               "|---|---|---|" + "---|" * len(tuners)]
     for wl, info in result.workloads.items():
@@ -170,8 +174,10 @@ def best_configs(records: Sequence[Record], k: int = 5) -> list[Record]:
     return sorted((r for r in records if r.valid), key=lambda r: r.seconds)[:k]
 
 
-def _knob_value(v: Any) -> str:
-    return "x".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+def _knob_value(v: Any, width: int = 40) -> str:
+    """A knob value for a table cell; long ones (a MetaSchedule trace) are cut to ``width`` characters."""
+    text = "x".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5):

@@ -82,7 +82,9 @@ def test_result_round_trips_through_json():
 
 
 def test_vta_config_selects_the_simulated_preset():
-    from toolkit.boards import resolve_board
+    import dataclasses
+
+    from toolkit.boards import Board, resolve_board
     from toolkit.tuning.bench import board_with_preset
     from toolkit.tuning.task import Task
     from toolkit.workloads import parse_workload
@@ -94,5 +96,6 @@ def test_vta_config_selects_the_simulated_preset():
     assert Task.create(parse_workload("resnet18.C11"), zcu).describe()["hw"]["TARGET"] == "zcu102"
     with pytest.raises(ConfigError, match="preset"):
         board_with_preset(sim, "nosuch")
+    cpu = Board("cpu-box", dataclasses.replace(sim.profile, family="cpu", vta=None))
     with pytest.raises(ConfigError, match="VTA boards"):
-        board_with_preset(resolve_board("local"), "zcu102")
+        board_with_preset(cpu, "zcu102")

@@ -82,3 +82,16 @@ def test_report_on_a_real_log_writes_png_and_html(bench_out, tmp_path):
     assert "tile_co" in page
     res = CliRunner().invoke(app, ["report", log, "--out", str(tmp_path / "r.pdf")])
     assert res.exit_code == 2 and ".png or .html" in res.output
+
+
+def test_live_bench_measures_on_the_simulator(bench_out):
+    d, first = bench_out
+    res = CliRunner().invoke(app, ["bench", "-w", SMALL, "-t", "random", "-n", "5", "-s", "1", "--reference", "random",
+                                   "--no-replay", "--json", str(d / "live.json"), "--cache-dir", str(d / "cache")])
+    assert res.exit_code == 0, res.output
+    live = json.loads((d / "live.json").read_text())
+    (run,) = live["runs"]
+    assert run["trials"] == 5 and live["settings"]["replay"] is False
+    (wl,) = live["workloads"].values()
+    assert wl["optimum"] == next(iter(first["workloads"].values()))["optimum"]  # from the exhaustive log
+    assert run["best_seconds"] is None or run["best_seconds"] >= wl["optimum"]

@@ -173,3 +173,23 @@ def test_short_tune_on_the_local_board_shares_one_loopback_tracker_and_server(tm
         stop()
     with pytest.raises(BoardError, match="cannot reach the RPC tracker"):
         tracker_summary(host, port)
+
+
+@pytest.mark.slow
+def test_local_rpc_processes_die_with_a_killed_owner():
+    import subprocess
+    import sys
+
+    code = ("from toolkit.rpc.tracker import ensure_local_rpc, _LOCAL; import time; ensure_local_rpc('orphan'); "
+            "t, s, _ = _LOCAL['orphan']; print(t.pid, s.pid, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in owner.stdout.readline().split()]
+        assert len(pids) == 2 and all(_group_alive(p) for p in pids)
+    finally:
+        owner.kill()                     # SIGKILL: no atexit, no cleanup code runs
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while any(_group_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)

@@ -37,6 +37,14 @@ def _fmt_seconds(s: float | None) -> str:
     return "-" if s is None or not math.isfinite(s) else f"{s * 1e3:.4f} ms"
 
 
+def _fmt_config(s: TuneSummary) -> str:
+    if not s.best_config:
+        return "-"
+    if s.best_index is None:   # a driver's config (a MetaSchedule trace): too long for a table
+        return f"{s.best_config.get('kind', 'schedule')} trace of trial {s.best_trial} (in the log)"
+    return f"#{s.best_index} {ConfigSpace.format(s.best_config)}"
+
+
 def _status(s: TuneSummary) -> str:
     return (f"valid {s.valid} invalid {s.invalid}  best {_fmt_seconds(s.best_seconds)} "
             f"{s.best_gops:.2f} GOPS")
@@ -130,8 +138,7 @@ def tune(
         ("valid / invalid", f"{summary.valid} / {summary.invalid}"),
         ("errors", ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) or "-"),
         ("best latency", _fmt_seconds(summary.best_seconds)), ("best GOPS", f"{summary.best_gops:.3f}"),
-        ("best config", f"#{summary.best_index} {ConfigSpace.format(summary.best_config)}"
-         if summary.best_config else "-"),
+        ("best config", _fmt_config(summary)),
         ("wall / tuner time", f"{summary.wall_s:.1f} s / {summary.tuner_s:.1f} s"), ("log", str(log_path)),
     ]
     console.table("tuning summary", ["", "value"], rows)

@@ -46,19 +46,27 @@ def _port_range(host: str, port: int, port_end: int | None) -> tuple[int, int]:
     return port, port_end or port + 1
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the parent dies (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
 class _Process:
     """A TVM RPC subprocess in its own session; its log goes to a temporary file."""
 
     kind = "process"
 
-    def __init__(self, argv: Sequence[str], host: str) -> None:
+    def __init__(self, argv: Sequence[str], host: str, die_with_parent: bool = False) -> None:
         self.host = host
         self.argv = list(argv)
         fd, self.log_path = tempfile.mkstemp(prefix=f"edgetune-{self.kind}-", suffix=".log")
         self._log = os.fdopen(fd, "w")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                     preexec_fn=_die_with_parent if die_with_parent else None)
         self.port: int | None = None
 
     @property
@@ -146,8 +154,9 @@ class ServerProcess(_Process):
 
     kind = "server"
 
-    def __init__(self, argv: Sequence[str], host: str, tracker: tuple[str, int] | None, key: str | None) -> None:
-        super().__init__(argv, host)
+    def __init__(self, argv: Sequence[str], host: str, tracker: tuple[str, int] | None, key: str | None,
+                 die_with_parent: bool = False) -> None:
+        super().__init__(argv, host, die_with_parent)
         self.tracker = tracker
         self.key = key
 
@@ -188,21 +197,27 @@ class ServerProcess(_Process):
 
 
 def start_tracker(host: str = LOOPBACK, port: int = 0, port_end: int | None = None,
-                  python: str = sys.executable, wait: float | None = 30.0) -> TrackerProcess:
-    """Start a tracker on ``host`` (``port=0``: a free port) and wait until it accepts connections."""
+                  python: str = sys.executable, wait: float | None = 30.0,
+                  die_with_parent: bool = False) -> TrackerProcess:
+    """Start a tracker on ``host`` (``port=0``: a free port) and wait until it accepts connections.
+
+    ``die_with_parent``: the tracker is killed when this process dies, even by SIGKILL
+    (leave it off for a detached tracker that must outlive its starter).
+    """
     lo, hi = _port_range(host, port, port_end)
     tracker = TrackerProcess([python, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                              "--port", str(lo), "--port-end", str(hi)], host)
+                              "--port", str(lo), "--port-end", str(hi)], host, die_with_parent)
     return tracker.wait_ready(wait) if wait else tracker
 
 
 def start_server(tracker: tuple[str, int] | None, key: str | None = None, host: str = LOOPBACK, port: int = 0,
                  port_end: int | None = None, extra_args: Sequence[str] = (),
                  python: str = sys.executable, module: str = "tvm.exec.rpc_server",
-                 wait: float | None = 30.0) -> ServerProcess:
+                 wait: float | None = 30.0, die_with_parent: bool = False) -> ServerProcess:
     """Start an RPC server registered with ``tracker`` under ``key`` and wait until the tracker lists it.
 
-    ``tracker=None`` starts a standalone server for direct connections (``host:port``).
+    ``tracker=None`` starts a standalone server for direct connections (``host:port``);
+    ``die_with_parent`` as in :func:`start_tracker`.
     """
     if tracker is not None and not key:
         raise BoardError("an RPC server registered with a tracker needs a key")
@@ -210,7 +225,7 @@ def start_server(tracker: tuple[str, int] | None, key: str | None = None, host: 
     argv = [python, "-m", module, "--host", host, "--port", str(lo), "--port-end", str(hi)]
     if tracker is not None:
         argv += ["--tracker", f"{tracker[0]}:{tracker[1]}", "--key", str(key)]
-    server = ServerProcess([*argv, *extra_args], host, tracker, key)
+    server = ServerProcess([*argv, *extra_args], host, tracker, key, die_with_parent)
     return server.wait_ready(wait) if wait else server
 
 
@@ -237,7 +252,9 @@ def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
     """Start (or reuse) a loopback tracker and a server registered under ``key``.
 
     Returns ``(tracker_host, tracker_port, stop)``; ``stop()`` releases this caller's use and
-    the processes end when the last user stops (or at interpreter exit).
+    the processes end when the last user stops, at interpreter exit, or when this process is
+    killed (Linux's parent-death signal, which follows the calling thread: call it from a
+    thread that lives as long as the processes are needed, e.g. the main thread).
     """
     with _LOCAL_LOCK:
         entry = _LOCAL.get(key)
@@ -246,9 +263,9 @@ def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
             entry[0].stop()
             entry = None
         if entry is None:
-            tracker = start_tracker()
+            tracker = start_tracker(die_with_parent=True)   # no orphans if this process is killed
             try:
-                server = start_server(tracker.address, key)
+                server = start_server(tracker.address, key, die_with_parent=True)
             except BaseException:
                 tracker.stop()
                 raise

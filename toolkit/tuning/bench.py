@@ -42,7 +42,8 @@ from toolkit.tuning.loop import tune
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.records import HEADER_KEY, LogHeader, tvm_version
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
-from toolkit.tuning.runner import MeasureOptions
+from toolkit.tuning.measure import make_runner
+from toolkit.tuning.runner import MeasureOptions, Runner
 from toolkit.tuning.space import Config
 from toolkit.tuning.task import Task
 from toolkit.tuning.template import Artifact, BuildError, Template
@@ -311,7 +312,7 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
     different tuner in each block (round-robin), so slow drift of the machine hits all alike.
     ``reference`` must be one of ``tuners``. With ``replay`` the measurements come from the
     task's exhaustive simulator cache (built on first use into ``cache_dirs[0]``). ``checkpoint``
-    gets the result so far (summarised) after each workload/seed block, to save partial benches.
+    gets the result so far (summarised) after each workload, to save partial benches.
     """
     tuners = list(dict.fromkeys(tuners))
     if not tuners:
@@ -331,40 +332,52 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
         "match_tolerance": MATCH_TOLERANCE}, {})
     total = len(workloads) * seeds * len(tuners)
     result.settings["runs_planned"] = total
-    done = 0
-    for wi, wl in enumerate(workloads):
-        task = Task.create(wl, board, **template_options)
-        info: dict[str, Any] = {"spec": wl.spec(), "space_size": task.space.size, "optimum": None, "cache": None}
-        builder = runner = None
-        if replay:
-            cache = ensure_cache(task, list(cache_dirs),
-                                 (lambda d, n: progress(f"cache {wl.label}", d, n)) if progress else None)
-            best = cache.best()
-            info.update(optimum=best.seconds if best else None, optimum_index=best.index if best else None,
-                        cache=str(cache.path))
-            builder, runner = CompileReplayBuilder.for_task(task, cache), CachedRunner(cache)
-        else:
-            found = find_cache(task, list(cache_dirs)) if board.profile.is_simulator else None
-            if found is not None and found.best() is not None:
-                info.update(optimum=found.best().seconds, optimum_index=found.best().index, cache=str(found.path))
-        result.workloads[wl.label] = info
-        for seed in range(seeds):
-            start = (wi + seed) % len(tuners)
-            for name in tuners[start:] + tuners[:start]:
-                tuner = make_tuner(name, seed=seed, **(tuner_options or {}).get(name, {}))
-                s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
-                         measure_options=MeasureOptions(check=False))
-                js = s.to_json()
-                result.runs.append(BenchRun(workload=wl.label, tuner=name, seed=seed, trials=s.trials,
-                                            invalid=s.invalid, best_seconds=js["best_seconds"], wall_s=s.wall_s,
-                                            tuner_s=s.tuner_s, history=js["history"], best_config=s.best_config,
-                                            stopped=s.stopped))
-                done += 1
-                if progress:
-                    progress(f"{name} {wl.label} seed {seed}", done, total)
+    live = None if replay else make_runner(board)   # one runner (RPC session, tracker) for the whole bench
+    try:
+        for wi, wl in enumerate(workloads):
+            _bench_workload(result, board, wl, wi, tuners, trials, seeds, template_options, replay, cache_dirs,
+                            tuner_options or {}, live, progress, total)
             if checkpoint:
                 checkpoint(_finish(result, tuners, reference))
+    finally:
+        if live is not None:
+            live.close()
     return _finish(result, tuners, reference)
+
+
+def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: int, tuners: Sequence[str],
+                    trials: int, seeds: int, template_options: dict[str, Any], replay: bool,
+                    cache_dirs: Sequence[str | Path], tuner_options: dict[str, Any], live: Runner | None,
+                    progress: Progress | None, total: int) -> None:
+    """Every seed and tuner on one workload, appended to ``result``."""
+    task = Task.create(wl, board, **template_options)
+    info: dict[str, Any] = {"spec": wl.spec(), "space_size": task.space.size, "optimum": None, "cache": None}
+    builder, runner = None, live
+    if replay:
+        cache = ensure_cache(task, list(cache_dirs),
+                             (lambda d, n: progress(f"cache {wl.label}", d, n)) if progress else None)
+        best = cache.best()
+        info.update(optimum=best.seconds if best else None, optimum_index=best.index if best else None,
+                    cache=str(cache.path))
+        builder, runner = CompileReplayBuilder.for_task(task, cache), CachedRunner(cache)
+    else:
+        found = find_cache(task, list(cache_dirs)) if board.profile.is_simulator else None
+        if found is not None and found.best() is not None:
+            info.update(optimum=found.best().seconds, optimum_index=found.best().index, cache=str(found.path))
+    result.workloads[wl.label] = info
+    for seed in range(seeds):
+        start = (wi + seed) % len(tuners)
+        for name in list(tuners[start:]) + list(tuners[:start]):
+            tuner = make_tuner(name, seed=seed, **tuner_options.get(name, {}))
+            s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
+                     measure_options=MeasureOptions(check=False))
+            js = s.to_json()
+            result.runs.append(BenchRun(workload=wl.label, tuner=name, seed=seed, trials=s.trials,
+                                        invalid=s.invalid, best_seconds=js["best_seconds"], wall_s=s.wall_s,
+                                        tuner_s=s.tuner_s, history=js["history"], best_config=s.best_config,
+                                        stopped=s.stopped))
+            if progress:
+                progress(f"{name} {wl.label} seed {seed}", len(result.runs), total)
 
 
 def _finish(result: BenchResult, tuners: Sequence[str], reference: str) -> BenchResult:

@@ -85,12 +85,12 @@ def _physical_cores() -> int:
 # ---- build (runs in MetaSchedule's builder workers) --------------------------------------------
 def build_module(mod: Any, target: Any, _params: Any = None) -> Any:
     """MetaSchedule ``f_build`` without ``import tvm.s_tir.tensor_intrin`` (the default's ~20 s import)."""
-    from tvm.driver import build as tvm_build
+    import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     with target:  # the CUDA compile callback reads the arch from the current target
-        return tvm_build(mod, target=target)
+        return tvm.tirx.build(mod, target=target)
 
 
 def export_module(rt_mod: Any, compiler: str | None = None) -> str:
@@ -202,7 +202,7 @@ class TraceTemplate(Template):
 
 # ---- the driver --------------------------------------------------------------------------------
 class MetaScheduleTuner(Tuner):
-    """TVM MetaSchedule (evolutionary search + XGBoost) as a peer; a driver, run by ``tune()`` whole."""
+    """TVM MetaSchedule (evolutionary search + XGBoost) as a peer; a driver that tune() runs whole."""
 
     name: ClassVar[str] = KIND
     drives_itself: ClassVar[bool] = True
