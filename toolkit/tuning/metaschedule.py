@@ -337,7 +337,9 @@ def _journal_callback(tuner: str, task: Any, summary: Any, journal: Journal | No
                     break
                 config = {"kind": KIND, "trace": trace_json(cand.sch.trace)}
                 if built.error_msg is not None:
-                    error, msg, costs = ErrorClass.COMPILE_ERROR.value, _tail(built.error_msg), []
+                    text = str(built.error_msg)
+                    error = (ErrorClass.TIMEOUT if "Timeout" in text else ErrorClass.COMPILE_ERROR).value
+                    msg, costs = _tail(text), []
                 elif ran.error_msg is not None:
                     text = str(ran.error_msg)
                     error = (ErrorClass.TIMEOUT if "timeout" in text.lower() else ErrorClass.RUNTIME_ERROR).value
