@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.vta.errors import SimulatorBoundsError, VTAError
-from toolkit.vta.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode
+from toolkit.vta.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode, queue_of
 from toolkit.vta.program import Program
 from toolkit.vta.timing import PYNQ_CALIBRATED, TimingParams, dram_elem_bytes, schedule, seconds
 
 CHUNK = 1 << 18
 """Micro-op applications executed per vectorised step (bounds the index and value arrays)."""
+_LOAD_SRAM = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc", MemId.ACC_8BIT: "acc"}
 COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes",
             "gemm_counter", "alu_counter")
 
@@ -55,6 +56,13 @@ class _Machine:
         self.uop_src = np.zeros(hw.uop_depth, np.int64)
         self.uop_wgt = np.zeros(hw.uop_depth, np.int64)
         self.elem = {m: dram_elem_bytes(m, hw) for m in MemId}
+        depth = {"uop": hw.uop_depth, "wgt": hw.wgt_depth, "inp": hw.inp_depth, "acc": hw.acc_depth}
+        # memory type -> (SRAM name, counter, DRAM element bytes, counted bytes per element, SRAM depth)
+        self.load_plan = {m: (key, f"{key}_load_nbytes", self.elem[m],
+                              hw.acc_elem_bytes if m == MemId.ACC_8BIT else self.elem[m], depth[key])
+                          for m, key in _LOAD_SRAM.items()}
+        self.uop_max: dict[tuple[str, int, int], int] = {}  # max micro-op field over [bgn, end); reset by LOAD UOP
+        self.uop_version = 0  # LOAD UOPs run so far
         self.dram_bytes = program.dram_bytes
         self.dram = np.zeros(program.dram_bytes, np.uint8)
         if "uop" in program.regions and program.uops:
@@ -118,8 +126,11 @@ class _Machine:
 
     def _max_index(self, insn, name: str) -> int:
         b, e = insn.uop_bgn, insn.uop_end
-        return int(getattr(self, f"uop_{name}")[b:e].max()) + (insn.iter_out - 1) * getattr(
-            insn, f"{name}_factor_out") + (insn.iter_in - 1) * getattr(insn, f"{name}_factor_in")
+        top = self.uop_max.get((name, b, e))
+        if top is None:
+            top = self.uop_max[name, b, e] = int(getattr(self, f"uop_{name}")[b:e].max())
+        return top + (insn.iter_out - 1) * getattr(insn, f"{name}_factor_out") + (insn.iter_in - 1) * getattr(
+            insn, f"{name}_factor_in")
 
     # ---- execution ------------------------------------------------------------------------------
     def execute(self, k: int) -> None:
@@ -133,21 +144,80 @@ class _Machine:
         elif isinstance(insn, AluInsn):
             self._alu(k, insn)
 
-    def _load(self, k: int, insn: MemInsn) -> None:
-        hw, mem = self.hw, MemId(insn.mem)
-        if mem == MemId.OUT:
-            raise VTAError(f"instruction {k}: LOAD from memory type OUT is not supported; load INP, WGT, ACC or UOP")
-        elem = self.elem[mem]
-        nbytes = insn.x_size * insn.y_size * (hw.acc_elem_bytes if mem == MemId.ACC_8BIT else elem)
-        key = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc", MemId.ACC_8BIT: "acc"}[mem]
-        self.counters[f"{key}_load_nbytes"] += nbytes
+    def check_all(self) -> dict[int, Exception]:
+        """Timing-only: run every instruction's checks and counters in program order, without the
+        timing model; returns ``{instruction index: the error it raises when it starts}``.
+
+        Equivalent to executing in the scheduler's order: with data movement skipped, the only state
+        is the micro-op SRAM, written and read by the compute queue alone, which runs in program order
+        (after its first failing instruction none of its later ones can start, so they are not run).
+        A LOAD/STORE (not UOP) has no state, a GEMM/ALU depends only on the micro-op SRAM, so an
+        instruction object shared between cloned iterations is checked once (per micro-op SRAM state).
+        """
+        insns = self.program.insns
+        counters = self.counters
+        errors: dict[int, Exception] = {}
+        seen: dict[int, tuple[str, int]] = {}  # id(stateless MemInsn) -> (counter, bytes)
+        seen_compute: dict[int, tuple[int, str, int]] = {}  # id(GEMM/ALU) -> (uop_version, counter, work)
+        compute_failed = False
+        for k, insn in enumerate(insns):
+            if type(insn) is MemInsn:
+                done = seen.get(id(insn))
+                if done is not None:
+                    counters[done[0]] += done[1]
+                    continue
+                if insn.x_size == 0:
+                    continue
+                stateless = insn.opcode == Opcode.STORE or insn.mem != MemId.UOP
+                if not stateless and compute_failed:
+                    continue
+                try:
+                    done = (self._store if insn.opcode == Opcode.STORE else self._load)(k, insn)
+                except Exception as exc:  # noqa: BLE001 - raised when the scheduler starts instruction k
+                    errors[k] = exc
+                    compute_failed = compute_failed or not stateless
+                    continue
+                if stateless:
+                    seen[id(insn)] = done
+            elif not compute_failed:
+                t = type(insn)
+                if t is not GemmInsn and t is not AluInsn:  # FINISH (no checks, no counters) or a subclass
+                    try:
+                        self.execute(k)
+                    except Exception as exc:  # noqa: BLE001 - raised when the scheduler starts instruction k
+                        errors[k] = exc
+                        compute_failed = queue_of(insn) == "compute"
+                    continue
+                done = seen_compute.get(id(insn))
+                if done is not None and done[0] == self.uop_version:
+                    counters[done[1]] += done[2]
+                    continue
+                try:
+                    counter, work = (self._gemm if t is GemmInsn else self._alu)(k, insn)
+                except Exception as exc:  # noqa: BLE001 - raised when the scheduler starts instruction k
+                    errors[k] = exc
+                    compute_failed = True
+                    continue
+                seen_compute[id(insn)] = (self.uop_version, counter, work)
+        return errors
+
+    def _load(self, k: int, insn: MemInsn) -> tuple[str, int]:
+        """Returns the counter it increased and by how much."""
+        hw, mem = self.hw, insn.mem
+        plan = self.load_plan.get(mem)
+        if plan is None:
+            if MemId(mem) == MemId.OUT:
+                raise VTAError(f"instruction {k}: LOAD from memory type OUT is not supported; "
+                               "load INP, WGT, ACC or UOP")
+        key, counter, elem, counted, depth = plan
+        nbytes = insn.x_size * insn.y_size * counted
+        self.counters[counter] += nbytes
         width = insn.x_pad0 + insn.x_size + insn.x_pad1
         total = (insn.y_pad0 + insn.y_size + insn.y_pad1) * width
-        depth = {"uop": hw.uop_depth, "wgt": hw.wgt_depth, "inp": hw.inp_depth, "acc": hw.acc_depth}[key]
         self._check_sram(k, key, insn.sram_base + total, depth)
         self._check_dram(k, insn, elem)
         if self.skip and mem != MemId.UOP:
-            return
+            return counter, nbytes
         idx = self._dram_rows(insn)
         raw = self.dram[: (self.dram.size // elem) * elem].reshape(-1, elem)[idx]  # (y, x, elem) uint8
         if mem == MemId.UOP:
@@ -160,7 +230,9 @@ class _Machine:
                 block = np.zeros((insn.y_pad0 + insn.y_size + insn.y_pad1, width), np.int64)
                 block[insn.y_pad0: insn.y_pad0 + insn.y_size, insn.x_pad0: insn.x_pad0 + insn.x_size] = vals
                 getattr(self, f"uop_{name}")[insn.sram_base: insn.sram_base + total] = block.reshape(-1)
-            return
+            self.uop_max.clear()
+            self.uop_version += 1
+            return counter, nbytes
         if mem == MemId.INP:
             sram, data = self.inp, raw.view(np.int8).reshape(insn.y_size, insn.x_size, hw.batch, hw.block_in)
         elif mem == MemId.WGT:
@@ -174,45 +246,50 @@ class _Machine:
         block = np.zeros((insn.y_pad0 + insn.y_size + insn.y_pad1, width) + sram.shape[1:], sram.dtype)
         block[insn.y_pad0: insn.y_pad0 + insn.y_size, insn.x_pad0: insn.x_pad0 + insn.x_size] = data
         sram[insn.sram_base: insn.sram_base + total] = block.reshape((-1,) + sram.shape[1:])
+        return counter, nbytes
 
-    def _store(self, k: int, insn: MemInsn) -> None:
+    def _store(self, k: int, insn: MemInsn) -> tuple[str, int]:
+        """Returns the counter it increased and by how much."""
         hw = self.hw
         if insn.y_pad0 or insn.y_pad1 or insn.x_pad0 or insn.x_pad1:
             raise VTAError(f"instruction {k}: STORE with padding is not supported; padding must be 0")
-        if MemId(insn.mem) != MemId.OUT:
+        if insn.mem != MemId.OUT:
             raise VTAError(f"instruction {k}: STORE from memory type {MemId(insn.mem).name}; only OUT is supported")
         elem = hw.out_elem_bytes
-        self.counters["out_store_nbytes"] += insn.x_size * insn.y_size * elem
+        nbytes = insn.x_size * insn.y_size * elem
+        self.counters["out_store_nbytes"] += nbytes
         n = insn.x_size * insn.y_size
         self._check_sram(k, "out", insn.sram_base + n, hw.out_depth)
         self._check_dram(k, insn, elem)
         if self.skip:
-            return
+            return "out_store_nbytes", nbytes
         idx = self._dram_rows(insn)
         vals = self.acc[insn.sram_base: insn.sram_base + n].astype(np.int8)  # truncating, no saturation
         view = self.dram[: (self.dram.size // elem) * elem].reshape(-1, elem)
         view[idx.reshape(-1)] = vals.view(np.uint8).reshape(n, elem)
+        return "out_store_nbytes", nbytes
 
-    def _gemm(self, k: int, insn: GemmInsn) -> None:
+    def _gemm(self, k: int, insn: GemmInsn) -> tuple[str, int]:
+        """Returns the counter it increased and by how much."""
         hw = self.hw
         n_uop = insn.uop_end - insn.uop_bgn
         work = insn.iter_out * insn.iter_in * n_uop
-        if not insn.reset:
-            self.counters["gemm_counter"] += work
+        counted = 0 if insn.reset else work
+        self.counters["gemm_counter"] += counted
         if work <= 0:
-            return
+            return "gemm_counter", counted
         self._check_sram(k, "uop", insn.uop_end, hw.uop_depth)
         self._check_sram(k, "acc", self._max_index(insn, "dst") + 1, hw.acc_depth)
         if not insn.reset:
             self._check_sram(k, "inp", self._max_index(insn, "src") + 1, hw.inp_depth)
             self._check_sram(k, "wgt", self._max_index(insn, "wgt") + 1, hw.wgt_depth)
         if self.skip:
-            return
+            return "gemm_counter", counted
         if insn.reset:
             for i0, i1 in self._chunks(insn):
                 (a,) = self._loop_indices(insn, ("dst",), i0, i1)
                 self.acc[a] = 0
-            return
+            return "gemm_counter", counted
         inp = self.inp.astype(np.float32)
         for i0, i1 in self._chunks(insn):
             a, x, w = self._loop_indices(insn, ("dst", "src", "wgt"), i0, i1)
@@ -225,20 +302,22 @@ class _Machine:
                 wt = self.wgt[w[grp[0]]].astype(np.float32)  # (block_out, block_in)
                 vals[grp] = (inp[x[grp]] @ wt.T).astype(np.int32)
             np.add.at(self.acc, a, vals)  # int32 wrap-around; repeated destinations accumulate
+        return "gemm_counter", counted
 
-    def _alu(self, k: int, insn: AluInsn) -> None:
+    def _alu(self, k: int, insn: AluInsn) -> tuple[str, int]:
+        """Returns the counter it increased and by how much."""
         hw = self.hw
         n_uop = insn.uop_end - insn.uop_bgn
         work = insn.iter_out * insn.iter_in * n_uop
         self.counters["alu_counter"] += work
         if work <= 0:
-            return
+            return "alu_counter", work
         self._check_sram(k, "uop", insn.uop_end, hw.uop_depth)
         self._check_sram(k, "acc", self._max_index(insn, "dst") + 1, hw.acc_depth)
         if not insn.use_imm:
             self._check_sram(k, "acc", self._max_index(insn, "src") + 1, hw.acc_depth)
         if self.skip:
-            return
+            return "alu_counter", work
         op, imm = AluOp(insn.op), int(insn.imm)  # reset_reg is ignored by ALU, as in fsim and HLS
         for i0, i1 in self._chunks(insn):
             d, s = self._loop_indices(insn, ("dst", "src"), i0, i1)
@@ -258,6 +337,7 @@ class _Machine:
                 for t in range(n):
                     src = imm if insn.use_imm else self.acc[s[t]].astype(np.int64)
                     self.acc[d[t]] = _alu_apply(op, self.acc[d[t]].astype(np.int64), src)
+        return "alu_counter", work
 
     def outputs(self) -> dict[str, np.ndarray]:
         out = {}
@@ -284,6 +364,14 @@ def _alu_apply(op: AluOp, x: np.ndarray, y) -> np.ndarray:
     return (np.asarray(r, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
+def _raiser(errors: dict[int, Exception]):
+    """``on_execute`` callback raising the error recorded for an instruction when it starts."""
+    def on_execute(k: int) -> None:
+        if k in errors:
+            raise errors[k]
+    return on_execute
+
+
 def simulate(program: Program, inputs: dict[str, np.ndarray] | None = None, *, timing_only: bool = False,
              params: TimingParams | None = None) -> SimResult:
     """Simulate ``program``; ``inputs`` maps region names ("inp", "wgt", "bias") to arrays.
@@ -293,7 +381,11 @@ def simulate(program: Program, inputs: dict[str, np.ndarray] | None = None, *, t
     """
     params = params or PYNQ_CALIBRATED
     machine = _Machine(program, inputs, timing_only)
-    timeline = schedule(program.insns, program.hw, params, machine.execute)
+    if timing_only:
+        errors = machine.check_all()
+        timeline = schedule(program.insns, program.hw, params, _raiser(errors) if errors else None)
+    else:
+        timeline = schedule(program.insns, program.hw, params, machine.execute)
     return SimResult(
         counters=dict(machine.counters),
         cycles=timeline.cycles,

@@ -96,13 +96,9 @@ def _elem_table(hw: VTAConfig) -> dict[int, int]:
 def insn_cost(insn: Insn, hw: VTAConfig, p: TimingParams,
               elem: dict[int, int] | None = None) -> tuple[float, float]:
     """``(module cycles excluding bus beats, bus beats)`` of one instruction (``elem``: element bytes)."""
-    if isinstance(insn, GemmInsn):
-        n = insn.uop_end - insn.uop_bgn
-        return p.insn_overhead + insn.iter_out * insn.iter_in * (n + p.gemm_fill), 0.0
-    if isinstance(insn, AluInsn):
-        n = insn.uop_end - insn.uop_bgn
-        return p.insn_overhead + insn.iter_out * insn.iter_in * (2 * n + p.alu_fill), 0.0
-    if isinstance(insn, MemInsn) and insn.x_size:
+    if isinstance(insn, MemInsn):
+        if not insn.x_size:
+            return p.insn_overhead, 0.0
         row_bytes = insn.x_size * (elem or _elem_table(hw))[insn.mem]
         eff = p.bus_efficiency * (p.wgt_efficiency if insn.mem == MemId.WGT else 1.0)
         beats = insn.y_size * -(-row_bytes // hw.bus_bytes) / eff
@@ -111,7 +107,56 @@ def insn_cost(insn: Insn, hw: VTAConfig, p: TimingParams,
             width = insn.x_pad0 + insn.x_size + insn.x_pad1
             pad = (insn.y_pad0 + insn.y_pad1) * width + insn.y_size * (insn.x_pad0 + insn.x_pad1)
         return p.insn_overhead + insn.y_size * p.dma_latency + pad, float(beats)
+    if isinstance(insn, GemmInsn):
+        n = insn.uop_end - insn.uop_bgn
+        return p.insn_overhead + insn.iter_out * insn.iter_in * (n + p.gemm_fill), 0.0
+    if isinstance(insn, AluInsn):
+        n = insn.uop_end - insn.uop_bgn
+        return p.insn_overhead + insn.iter_out * insn.iter_in * (2 * n + p.alu_fill), 0.0
     return p.insn_overhead, 0.0
+
+
+_MODULE_ID = {m: i for i, m in enumerate(MODULES)}
+_FIFOS = ("l2g", "g2l", "s2g", "g2s")
+_FIFO_ID = {n: i for i, n in enumerate(_FIFOS)}
+_FIFO_CONSUMER = tuple(_MODULE_ID[_CONSUMER[n]] for n in _FIFOS)
+_FIFO_PRODUCER = tuple(_MODULE_ID[_PRODUCER[n]] for n in _FIFOS)
+# why a module waits, as a small int: 0 nothing, 1 fetch, 2 + f space in FIFO f, 6 + f token f
+_WAIT_FETCH, _WAIT_SPACE, _WAIT_TOKEN = 1, 2, 6
+_FETCH_ACTOR = len(MODULES)
+# module -> FIFO ids popped / pushed, indexed by 2 * prev flag + next flag
+_POP_IDS = {m: tuple(tuple(_FIFO_ID[n] for n, f in zip(_POPS[m], (i >> 1, i & 1)) if f and n) for i in range(4))
+            for m in MODULES}
+_PUSH_IDS = {m: tuple(tuple(_FIFO_ID[n] for n, f in zip(_PUSHES[m], (i >> 1, i & 1)) if f and n) for i in range(4))
+             for m in MODULES}
+
+
+def _why(code: int) -> str | None:
+    if code == 0:
+        return None
+    if code == _WAIT_FETCH:
+        return "fetch"
+    if code < _WAIT_TOKEN:
+        return f"space in FIFO {_FIFOS[code - _WAIT_SPACE]}"
+    return f"token {_FIFOS[code - _WAIT_TOKEN]}"
+
+
+def _plan(insns: list[Insn], hw: VTAConfig, params: TimingParams) -> list[tuple]:
+    """Per instruction ``(module id, cycles, beats, FIFO ids to pop, FIFO ids to push)``; instructions
+    shared between cloned iterations (same object) are planned once."""
+    elem = _elem_table(hw)
+    memo: dict[int, tuple] = {}
+    plan = []
+    for insn in insns:
+        entry = memo.get(id(insn))
+        if entry is None:
+            m = queue_of(insn)
+            cycles, beats = insn_cost(insn, hw, params, elem)
+            pops = _POP_IDS[m][(2 if insn.pop_prev else 0) + (1 if insn.pop_next else 0)]
+            pushes = _PUSH_IDS[m][(2 if insn.push_prev else 0) + (1 if insn.push_next else 0)]
+            entry = memo[id(insn)] = (_MODULE_ID[m], cycles, beats, pops, pushes)
+        plan.append(entry)
+    return plan
 
 
 def schedule(insns: list[Insn], hw: VTAConfig, params: TimingParams,
@@ -121,139 +166,146 @@ def schedule(insns: list[Insn], hw: VTAConfig, params: TimingParams,
     The call order respects every dependency token, so a functional simulator can execute the
     instruction in the callback. Raises :class:`DeadlockError` when modules wait for tokens (or
     FIFO space) that never come and :class:`LeftoverTokenError` when a FIFO is not empty at the end.
+
+    Actors (fetch and the three modules) run from one event heap ordered by (time, wake-up order);
+    fetch dispatches instructions back to back while no other event is due earlier.
     """
     if not any(isinstance(i, FinishInsn) for i in insns):
         raise ProgramFormatError("VTA program has no FINISH instruction; append one")
-    queues: dict[str, list[int]] = {m: [] for m in MODULES}
-    route = [queue_of(i) for i in insns]
+    plan = _plan(insns, hw, params)
+    route = [e[0] for e in plan]
+    queues: tuple[list[int], ...] = tuple([] for _ in MODULES)
     for k, m in enumerate(route):
         queues[m].append(k)
+    qlen = [len(q) for q in queues]
     insn_beats = hw.insn_bytes / hw.bus_bytes / params.bus_efficiency
-    elem = _elem_table(hw)
     n_insns = len(insns)
-    flags = [(i.pop_prev, i.pop_next, i.push_prev, i.push_next) for i in insns]
+    consumer, producer = _FIFO_CONSUMER, _FIFO_PRODUCER
+    fetch_actor = _FETCH_ACTOR
+    heappush, heappop = heapq.heappush, heapq.heappop
 
-    avail: dict[str, list[float]] = {m: [] for m in MODULES}  # fetch arrival time per queue slot
-    pos = dict.fromkeys(MODULES, 0)
-    busy = dict.fromkeys(MODULES, 0.0)
-    blocked: dict[str, str | None] = dict.fromkeys(MODULES, "fetch")  # reason a module waits
-    pending_push: dict[str, list[str]] = {m: [] for m in MODULES}
-    fifo = dict.fromkeys(_CONSUMER, 0)
-    state = {"fetch": 0, "fetch_blocked": None, "bus_free": 0.0, "bus_busy": 0.0, "end": 0.0}
-    heap: list[tuple[float, int, str]] = []
-    seq = [0]
+    avail: tuple[list[float], ...] = tuple([] for _ in MODULES)  # fetch arrival time per queue slot
+    n_avail = [0] * len(MODULES)
+    pos = [0] * len(MODULES)
+    busy = [0.0] * len(MODULES)
+    blocked = [_WAIT_FETCH] * len(MODULES)
+    pending: list[list[int]] = [[] for _ in MODULES]  # FIFO ids the last instruction still has to push
+    fifo = [0] * len(_FIFOS)
+    fetch, fetch_blocked = 0, -1
+    bus_free = bus_busy = end = 0.0
+    seq = 1
+    heap: list[tuple[float, int, int]] = [(0.0, seq, fetch_actor)]
 
-    def wake(actor: str, t: float) -> None:
-        seq[0] += 1
-        heapq.heappush(heap, (t, seq[0], actor))
-
-    def bus(t: float, beats: float) -> float:
-        start = max(t, state["bus_free"])
-        state["bus_free"] = start + beats
-        state["bus_busy"] += beats
-        return start + beats
-
-    def run_fetch(t: float) -> None:
-        # dispatch instructions back to back while no other event is due earlier (fewer heap events)
-        while True:
-            f = state["fetch"]
-            if f >= n_insns:
-                return
-            m = route[f]
-            if len(avail[m]) - pos[m] >= QUEUE_DEPTH:
-                state["fetch_blocked"] = m
-                return
-            arrive = bus(t, insn_beats)
-            avail[m].append(arrive)
-            state["fetch"] = f + 1
-            if blocked[m] == "fetch":
-                blocked[m] = None
-                wake(m, arrive)
-            if heap and heap[0][0] < arrive:
-                wake("fetch", arrive)
-                return
-            t = arrive
-
-    def run_module(m: str, t: float) -> None:
+    while heap:
+        t, _, m = heappop(heap)
+        if m == fetch_actor:
+            while fetch < n_insns:
+                q = route[fetch]
+                if n_avail[q] - pos[q] >= QUEUE_DEPTH:
+                    fetch_blocked = q
+                    break
+                start = bus_free if bus_free > t else t
+                bus_free = arrive = start + insn_beats
+                bus_busy += insn_beats
+                avail[q].append(arrive)
+                n_avail[q] += 1
+                fetch += 1
+                if blocked[q] == _WAIT_FETCH:
+                    blocked[q] = 0
+                    seq += 1
+                    heappush(heap, (arrive, seq, q))
+                if heap and heap[0][0] < arrive:
+                    seq += 1
+                    heappush(heap, (arrive, seq, fetch_actor))
+                    break
+                t = arrive
+            continue
         # finish pending pushes of the previous instruction
-        while pending_push[m]:
-            name = pending_push[m][0]
-            if fifo[name] >= FIFO_DEPTH:
-                blocked[m] = f"space in FIFO {name}"
-                return
-            fifo[name] += 1
-            pending_push[m].pop(0)
-            consumer = _CONSUMER[name]
-            if blocked[consumer] == f"token {name}":
-                blocked[consumer] = None
-                wake(consumer, t)
-        blocked[m] = None
-        state["end"] = max(state["end"], t)
-        if pos[m] >= len(queues[m]):
-            return
-        if pos[m] >= len(avail[m]):
-            blocked[m] = "fetch"
-            return
-        if avail[m][pos[m]] > t:
-            wake(m, avail[m][pos[m]])
-            return
-        k = queues[m][pos[m]]
-        insn = insns[k]
-        pop_prev, pop_next, push_prev, push_next = flags[k]
-        pops = [n for n, flag in zip(_POPS[m], (pop_prev, pop_next)) if flag and n]
-        for name in pops:
-            if fifo[name] == 0:
-                blocked[m] = f"token {name}"
-                return
-        for name in pops:
-            fifo[name] -= 1
-            producer = _PRODUCER[name]
-            if blocked[producer] == f"space in FIFO {name}":
-                blocked[producer] = None
-                wake(producer, t)
-        pos[m] += 1
-        if state["fetch_blocked"] == m:
-            state["fetch_blocked"] = None
-            wake("fetch", t)
+        pend = pending[m]
+        while pend:
+            f = pend[0]
+            if fifo[f] >= FIFO_DEPTH:
+                blocked[m] = _WAIT_SPACE + f
+                break
+            fifo[f] += 1
+            del pend[0]
+            c = consumer[f]
+            if blocked[c] == _WAIT_TOKEN + f:
+                blocked[c] = 0
+                seq += 1
+                heappush(heap, (t, seq, c))
+        if pend:
+            continue
+        blocked[m] = 0
+        if t > end:
+            end = t
+        p = pos[m]
+        if p >= qlen[m]:
+            continue
+        if p >= n_avail[m]:
+            blocked[m] = _WAIT_FETCH
+            continue
+        a = avail[m][p]
+        if a > t:
+            seq += 1
+            heappush(heap, (a, seq, m))
+            continue
+        k = queues[m][p]
+        _, cycles, beats, pops, pushes = plan[k]
+        if pops:
+            waiting = [f for f in pops if fifo[f] == 0]
+            if waiting:
+                blocked[m] = _WAIT_TOKEN + waiting[0]
+                continue
+            for f in pops:
+                fifo[f] -= 1
+                c = producer[f]
+                if blocked[c] == _WAIT_SPACE + f:
+                    blocked[c] = 0
+                    seq += 1
+                    heappush(heap, (t, seq, c))
+        pos[m] = p + 1
+        if fetch_blocked == m:
+            fetch_blocked = -1
+            seq += 1
+            heappush(heap, (t, seq, fetch_actor))
         if on_execute is not None:
             on_execute(k)
-        cycles, beats = insn_cost(insn, hw, params, elem)
-        done = (bus(t, beats) if beats else t) + cycles
-        busy[m] += done - t
-        pending_push[m] = [n for n, flag in zip(_PUSHES[m], (push_prev, push_next)) if flag and n]
-        wake(m, done)
-
-    wake("fetch", 0.0)
-    while heap:
-        t, _, actor = heapq.heappop(heap)
-        if actor == "fetch":
-            run_fetch(t)
+        if beats:
+            start = bus_free if bus_free > t else t
+            bus_free = start + beats
+            bus_busy += beats
+            done = bus_free + cycles
         else:
-            run_module(actor, t)
+            done = t + cycles
+        busy[m] += done - t
+        if pushes:
+            pending[m] = list(pushes)
+        seq += 1
+        heappush(heap, (done, seq, m))
 
-    stuck = [m for m in MODULES if pos[m] < len(queues[m]) or pending_push[m]]
+    stuck = [i for i in range(len(MODULES)) if pos[i] < qlen[i] or pending[i]]
     if stuck:
         parts = []
-        for m in stuck:
-            if pending_push[m]:
-                k = queues[m][pos[m] - 1]
-                parts.append(f"{m} instruction {k} cannot push into full FIFO {pending_push[m][0]}")
+        for i in stuck:
+            if pending[i]:
+                k = queues[i][pos[i] - 1]
+                parts.append(f"{MODULES[i]} instruction {k} cannot push into full FIFO {_FIFOS[pending[i][0]]}")
             else:
-                k = queues[m][pos[m]]
-                why = blocked[m] or "its turn"
-                parts.append(f"{m} instruction {k} waits for {why}")
+                k = queues[i][pos[i]]
+                why = _why(blocked[i]) or "its turn"
+                parts.append(f"{MODULES[i]} instruction {k} waits for {why}")
         raise DeadlockError("VTA program deadlocks: " + "; ".join(parts) +
                             "; add the missing dependency push/pop", resource="token")
-    left = {n: c for n, c in fifo.items() if c}
+    left = {n: c for n, c in zip(_FIFOS, fifo) if c}
     if left:
         raise LeftoverTokenError(
             "VTA program finished with tokens left in FIFO " +
             ", ".join(f"{n} ({c})" for n, c in left.items()) + "; remove the extra pushes",
             resource="token", needed=0, available=sum(left.values()))
-    end = state["end"]
-    breakdown = {f"{m}_busy": int(round(busy[m])) for m in MODULES}
-    breakdown.update({f"{m}_stall": int(round(end - busy[m])) for m in MODULES})
-    breakdown["bus_busy"] = int(round(state["bus_busy"]))
+    breakdown = {f"{m}_busy": int(round(busy[i])) for i, m in enumerate(MODULES)}
+    breakdown.update({f"{m}_stall": int(round(end - busy[i])) for i, m in enumerate(MODULES)})
+    breakdown["bus_busy"] = int(round(bus_busy))
     breakdown["fetch_beats"] = int(round(insn_beats * len(insns)))
     return Timeline(int(round(end)), breakdown)
 
