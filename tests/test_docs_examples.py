@@ -114,13 +114,15 @@ def _logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
 
 
 def _block_examples(doc: str, body: list[tuple[int, str]], skip: str | None) -> list[Example]:
+    """The commands of one block; in a ``$``-prompt block only ``$`` lines, the rest is their output."""
     examples: list[Example] = []
+    console = any(raw.strip().startswith("$ ") for _, raw in body)
     last: Example | None = None  # a ``$`` command whose documented output has not started yet
     for no, raw in _logical_lines(body):
         text = raw.strip()
         prompt = text.startswith("$ ")
-        if not prompt and last is not None:  # first output line of the last ``$`` command
-            if text.startswith("error:"):
+        if console and not prompt:  # output; its first line may be the documented error
+            if last is not None and text.startswith("error:"):
                 last.expect_error = text.removeprefix("error:").strip()
             last = None
             continue
@@ -273,7 +275,7 @@ def test_help_lists_every_command_group() -> None:
     exe = Path(sys.executable).parent / "edgetune"
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=True,
                           env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
-    listed = set(re.findall(r"^\W*([a-z][\w-]*)\s{2,}", proc.stdout, flags=re.M))
+    listed = set(re.findall(r"^[│|]?\s*([a-z][\w-]*)\s{2,}", proc.stdout, flags=re.M))
     top = set(get_command(app).commands)  # type: ignore[attr-defined]
     assert set(_COMMANDS) <= listed, f"missing from --help: {set(_COMMANDS) - listed}"
     assert top <= listed, f"missing from --help: {top - listed}"

@@ -105,3 +105,18 @@ def test_report_reads_metaschedule_records(ms_log, tmp_path):
     assert r.exit_code == 0, r.output
     page = out.read_text()
     assert "metaschedule" in page and "<img" in page
+
+
+@pytest.mark.slow
+def test_resume_counts_the_log_and_seeds_metaschedule(ms_log, tmp_path, local_rpc, capsys):
+    import shutil
+
+    log = tmp_path / "resumed.jsonl"
+    shutil.copyfile(ms_log[0], log)
+    task = Task.create(parse_workload(WL), resolve_board("local"))
+    summary = tune(task, MetaScheduleTuner(seed=1, trials_per_iter=2), TRIALS + 2, log=log, resume=True)
+    assert (summary.resumed, summary.trials) == (TRIALS, TRIALS + 2)
+    records = read_log(log)[1]
+    assert [r.trial for r in records] == list(range(TRIALS + 2))
+    assert all(is_trace_config(r.config) for r in records)
+    assert "[INFO]" not in capsys.readouterr().out   # MetaSchedule's tables stay off stdout on a 2nd run too

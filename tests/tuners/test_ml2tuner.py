@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pytest
 
-from toolkit.testing.conformance import TunerConformance, drive, synthetic_measure
+from toolkit.testing.conformance import TunerConformance
 from toolkit.tuning.measure_result import ErrorClass, MeasureResult
 from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
 from toolkit.tuning.tuners.base import TuningContext, make_tuner

@@ -277,16 +277,29 @@ class MetaScheduleTuner(Tuner):
                 callback: Any) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        quiet = logging.getLogger("tvm.s_tir.meta_schedule")
-        if quiet.level == logging.NOTSET:  # its console handler takes this level: no INFO/DEBUG on stdout
-            quiet.setLevel(logging.WARNING)
         template = task.template
         mod = workload_module(template)
         target = ms_target(task.board.profile)
         database = ms.database.MemoryDatabase()
         for rec in seeds:
             _commit(database, template, mod, target, rec)
+        first = summary.trials
         journal_cb = _journal_callback(self.name, task, summary, journal, desc, callback, n_trials)
+        quiet = logging.getLogger("tvm.s_tir.meta_schedule")
+        user_level = quiet.level
+        if user_level == logging.NOTSET:  # its console handler takes this level: no INFO/DEBUG on stdout
+            quiet.setLevel(logging.WARNING)
+        try:
+            self._tune_tir(mod, target, n_trials, task, host, port, key, options, database, journal_cb)
+        finally:
+            quiet.setLevel(user_level)  # tune_tir sets DEBUG; the next run must find NOTSET again
+        if summary.trials - first < n_trials:
+            summary.stopped = "exhausted"
+
+    def _tune_tir(self, mod: Any, target: Any, n_trials: int, task: Any, host: str, port: int, key: str,
+                  options: MeasureOptions, database: Any, journal_cb: Any) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
         with tempfile.TemporaryDirectory(prefix="edgetune-ms-") as work_dir:
             ms.tune_tir(
                 mod, target, work_dir, max_trials_global=n_trials,
