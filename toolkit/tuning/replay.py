@@ -52,6 +52,14 @@ class MeasurementCache:
         return min(valid, key=lambda r: r.seconds) if valid else None
 
 
+def compile_features_of(features: dict[str, float]) -> dict[str, float]:
+    """The features a build reveals, without what the measurement added (``sim.*`` counters and cycles).
+
+    A replayed build must not leak the measured answer to tuners that read compile features.
+    """
+    return {k: v for k, v in features.items() if not k.startswith("sim.")}
+
+
 class ReplayBuilder:
     """A builder answering from a cache: recorded build errors, else an empty ``replay`` artifact."""
 
@@ -64,11 +72,12 @@ class ReplayBuilder:
         out: list[Artifact | MeasureResult] = []
         for c in configs:
             rec = self.cache.lookup(c.index)
+            features = compile_features_of(rec.features)
             if rec.error in BUILD_ERRORS:
                 out.append(MeasureResult(c.index, c.values, error=ErrorClass(rec.error), message=rec.message,
-                                         features=dict(rec.features), build_s=rec.build_s))
+                                         features=features, build_s=rec.build_s))
             else:
-                out.append(Artifact(index=c.index, kind="replay", features=dict(rec.features), build_s=rec.build_s))
+                out.append(Artifact(index=c.index, kind="replay", features=features, build_s=rec.build_s))
         return out
 
     def close(self) -> None:
