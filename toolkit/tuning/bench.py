@@ -16,7 +16,7 @@ Definitions (also in ``docs/benchmarks.md``):
   (a lower bound; ``unmatched`` says how many).
 * ``summary[tuner]["invalid_vs_reference"]``: geometric mean of (invalid + 1) / (reference invalid + 1).
 
->>> trials_to_match([3.0, 2.0, 1.02, 1.0], 1.0)
+>>> trials_to_match([3.0, 2.0, 1.005, 1.0], 1.0)
 3
 >>> round(geomean([1.0, 4.0]), 6)
 2.0

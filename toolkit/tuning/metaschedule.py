@@ -29,13 +29,14 @@ needs it) and keep the profile's resolved ``mcpu``; ``apache-tvm-ffi==0.1.14.pos
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
 import tempfile
 import time
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 from toolkit.boards import BoardProfile
 from toolkit.errors import ConfigError, LogError
@@ -285,14 +286,8 @@ class MetaScheduleTuner(Tuner):
             _commit(database, template, mod, target, rec)
         first = summary.trials
         journal_cb = _journal_callback(self.name, task, summary, journal, desc, callback, n_trials)
-        quiet = logging.getLogger("tvm.s_tir.meta_schedule")
-        user_level = quiet.level
-        if user_level == logging.NOTSET:  # its console handler takes this level: no INFO/DEBUG on stdout
-            quiet.setLevel(logging.WARNING)
-        try:
+        with _quiet_ms_logging():
             self._tune_tir(mod, target, n_trials, task, host, port, key, options, database, journal_cb)
-        finally:
-            quiet.setLevel(user_level)  # tune_tir sets DEBUG; the next run must find NOTSET again
         if summary.trials - first < n_trials:
             summary.stopped = "exhausted"
 
@@ -309,6 +304,35 @@ class MetaScheduleTuner(Tuner):
                 cost_model=self.params["cost_model"], strategy=self.params["strategy"],
                 measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), journal_cb],
                 seed=self.seed, num_tuning_cores=os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def _quiet_ms_logging() -> Iterator[None]:
+    """Run ``tune_tir`` without its INFO/DEBUG tables on stdout, and undo its logging setup afterwards.
+
+    ``tune_tir`` (re)configures the ``tvm.s_tir.meta_schedule`` loggers with ``dictConfig``: a
+    console handler at that logger's level (DEBUG when unset) and file handlers in its work_dir.
+    It lists the logger's existing handlers by name, so an unnamed one (added by someone else)
+    breaks a second run; those are set aside during the run and every handler it adds is closed.
+    """
+    root = logging.getLogger("tvm.s_tir.meta_schedule")
+    level, saved = root.level, list(root.handlers)
+    before = {name: list(lg.handlers) for name, lg in logging.root.manager.loggerDict.items()
+              if name.startswith(root.name + ".") and isinstance(lg, logging.Logger)}
+    root.handlers = [h for h in saved if h.get_name()]
+    if level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for name, lg in list(logging.root.manager.loggerDict.items()):
+            if isinstance(lg, logging.Logger) and (name == root.name or name.startswith(root.name + ".")):
+                keep = saved if name == root.name else before.get(name, [])
+                for h in lg.handlers:
+                    if h not in keep:
+                        h.close()
+                lg.handlers = list(keep)
+        root.setLevel(level)
 
 
 def _result(config: dict[str, Any], costs: Sequence[float], error: str | None, message: str,
