@@ -68,7 +68,7 @@ def tune(
     option: Annotated[Optional[list[str]], typer.Option(
         "--option", "-o", help="Tuner option KEY=VALUE; repeat for several (see `edgetune tuners`).")] = None,
     tvm_compat: Annotated[bool, typer.Option(
-        "--tvm-compat", help="VTA: emit TVM v0.18's exact instruction stream.")] = False,
+        "--tvm-compat", help="VTA: TVM-compatible space: configs TVM v0.18's lowering cannot build count as invalid.")] = False,
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Check each config's output against the reference (slower).")] = False,
     tracker: Annotated[Optional[str], typer.Option(

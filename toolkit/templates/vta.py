@@ -20,7 +20,8 @@ from toolkit.tuning.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
 
 OPTIONS = {"tvm_compat": False, "bias": False}
-"""Template options and defaults: ``tvm_compat`` emits TVM v0.18's exact instruction stream;
+"""Template options and defaults: ``tvm_compat`` rejects configs TVM v0.18's lowering cannot build
+(the TVM-compatible space);
 ``bias`` adds a bias add (LOAD ACC + ALU ADD) before requantization."""
 
 
