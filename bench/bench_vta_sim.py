@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit import console
+from toolkit.testing.shared_data import shared_data_dir
 from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.program import parse_tvm_dump
@@ -43,7 +44,7 @@ from toolkit.workloads import parse_workload
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## VTA simulator and timing model"
-DUMPS = Path("/work/shared/data/vta_tvm018_programs")
+DUMPS = shared_data_dir() / "vta_tvm018_programs"
 HW = get_preset("pynq")
 CALIBRATION = {  # vta.md 6.2: TopHub vta_v0.06, Pynq, July 2019
     "C2": ({"tile_h": [7, 8], "tile_w": [1, 56], "tile_ci": [4, 1], "tile_co": [2, 2], "oc_nthread": 2,

@@ -119,3 +119,12 @@ def test_builtin_boards_need_no_registration(tmp_path):
         b = resolve_board(name, inv)
         assert b.entry is None and b.profile.name == name
     assert resolve_board("vta-fsim", inv).profile.is_simulator
+
+
+def test_shared_ground_truth_is_found_beside_the_checkout_or_by_env(tmp_path, monkeypatch):
+    from toolkit.testing.shared_data import shared_data_dir
+
+    found = shared_data_dir()
+    assert (found / "vta_tvm018_programs" / "c2.txt").is_file()
+    monkeypatch.setenv("EDGETUNE_SHARED_DATA", str(found))
+    assert shared_data_dir() == found

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.testing.shared_data import shared_data_dir
 from toolkit.vta.checks import AccHazardError, SRAMCapacityError, TVMCompatError
 from toolkit.vta.compiler import compile_conv2d, tvm_compat_violation
 from toolkit.vta.config import get_preset
@@ -22,7 +23,7 @@ from toolkit.vta.sim import simulate
 from toolkit.vta.space import vta_conv2d_space
 from toolkit.workloads import parse_workload
 
-DATA = Path("/work/shared/data")
+DATA = shared_data_dir()
 DUMPS = DATA / "vta_tvm018_programs"
 TRUTH = DATA / "vta_tvm018_resnet18_truth.jsonl"
 HW = get_preset("pynq")

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.testing.shared_data import shared_data_dir
 from toolkit.vta.config import VTAConfig
 from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemId, MemInsn, Opcode, Uop
 from toolkit.vta.program import Program, allocate_regions, parse_tvm_dump
 
-DUMPS = Path("/work/shared/data/vta_tvm018_programs")
+DUMPS = shared_data_dir() / "vta_tvm018_programs"
 
 
 def load_dump(name: str, hw: VTAConfig) -> Program:
