@@ -34,13 +34,14 @@ from toolkit.networks import get_network, plan_tasks
 from toolkit.tuning.network import NetworkSummary, tune_network
 from toolkit.tuning.replay import CachedRunner, ReplayBuilder
 from toolkit.tuning.scheduler import make_scheduler
+from toolkit.vta.timing import PYNQ_MEASUREMENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "img" / "network_tuning.png"
 SECTION = "## Whole-network tuning"
 SCHEDULERS = ("gradient", "round-robin")
-PYNQ_MS = {"C2": 5.699, "C4": 1.349, "C5": 5.183, "C8": 4.934, "C11": 7.348}
+PYNQ_MS = {layer: ms for layer, (_, ms) in PYNQ_MEASUREMENTS.items()}
 """tophub vta_v0.06 Pynq-Z1 AutoTVM bests (vta.md §6.2)."""
 
 

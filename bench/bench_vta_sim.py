@@ -38,7 +38,7 @@ from toolkit.vta.config import get_preset
 from toolkit.vta.program import parse_tvm_dump
 from toolkit.vta.reference import packed_reference, random_inputs
 from toolkit.vta.sim import simulate
-from toolkit.vta.timing import PYNQ_CALIBRATED, TimingParams
+from toolkit.vta.timing import PYNQ_CALIBRATED, PYNQ_MEASUREMENTS, TimingParams
 from toolkit.workloads import parse_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,18 +46,7 @@ DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## VTA simulator and timing model"
 DUMPS = shared_data_dir() / "vta_tvm018_programs"
 HW = get_preset("pynq")
-CALIBRATION = {  # vta.md 6.2: TopHub vta_v0.06, Pynq, July 2019
-    "C2": ({"tile_h": [7, 8], "tile_w": [1, 56], "tile_ci": [4, 1], "tile_co": [2, 2], "oc_nthread": 2,
-            "h_nthread": 1}, 5.699),
-    "C4": ({"tile_h": [4, 7], "tile_w": [1, 28], "tile_ci": [4, 1], "tile_co": [2, 4], "oc_nthread": 1,
-            "h_nthread": 2}, 1.349),
-    "C5": ({"tile_h": [2, 14], "tile_w": [1, 28], "tile_ci": [8, 1], "tile_co": [4, 2], "oc_nthread": 1,
-            "h_nthread": 2}, 5.183),
-    "C8": ({"tile_h": [1, 14], "tile_w": [1, 14], "tile_ci": [16, 1], "tile_co": [4, 4], "oc_nthread": 2,
-            "h_nthread": 1}, 4.934),
-    "C11": ({"tile_h": [1, 7], "tile_w": [1, 7], "tile_ci": [32, 1], "tile_co": [2, 16], "oc_nthread": 2,
-             "h_nthread": 1}, 7.348),
-}
+CALIBRATION = PYNQ_MEASUREMENTS
 TVM_DUMP = {"C2": "c2", "C4": "c4", "C5": "c5", "C11": "c11"}  # same configs as CALIBRATION
 FIT = ("gemm_fill", "dma_latency", "wgt_efficiency", "launch_us")  # alu_fill tied to gemm_fill
 

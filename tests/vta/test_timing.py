@@ -10,24 +10,12 @@ import pytest
 from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.sim import simulate
-from toolkit.vta.timing import PYNQ_CALIBRATED, TimingParams, host_seconds
+from toolkit.vta.timing import PYNQ_CALIBRATED, PYNQ_MEASUREMENTS, TimingParams, host_seconds
 from toolkit.workloads import parse_workload
 from vta_programs import load_dump, matrix_multiply_tutorial, padded_gemm_alu, weight_stream
 
 HW = get_preset("pynq")
-# vta.md 6.2: TopHub vta_v0.06 best Pynq measurements (ms) and their schedule configs
-CALIBRATION = {
-    "C2": ({"tile_h": [7, 8], "tile_w": [1, 56], "tile_ci": [4, 1], "tile_co": [2, 2], "oc_nthread": 2,
-            "h_nthread": 1}, 5.699),
-    "C4": ({"tile_h": [4, 7], "tile_w": [1, 28], "tile_ci": [4, 1], "tile_co": [2, 4], "oc_nthread": 1,
-            "h_nthread": 2}, 1.349),
-    "C5": ({"tile_h": [2, 14], "tile_w": [1, 28], "tile_ci": [8, 1], "tile_co": [4, 2], "oc_nthread": 1,
-            "h_nthread": 2}, 5.183),
-    "C8": ({"tile_h": [1, 14], "tile_w": [1, 14], "tile_ci": [16, 1], "tile_co": [4, 4], "oc_nthread": 2,
-            "h_nthread": 1}, 4.934),
-    "C11": ({"tile_h": [1, 7], "tile_w": [1, 7], "tile_ci": [32, 1], "tile_co": [2, 16], "oc_nthread": 2,
-             "h_nthread": 1}, 7.348),
-}
+CALIBRATION = PYNQ_MEASUREMENTS  # vta.md 6.2: the Pynq calibration points
 
 
 def _programs():

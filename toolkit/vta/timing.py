@@ -62,6 +62,21 @@ class TimingParams:
     host_ns_per_insn: float = 0.0
 
 
+PYNQ_MEASUREMENTS: dict[str, tuple[dict, float]] = {
+    "C2": ({"tile_h": [7, 8], "tile_w": [1, 56], "tile_ci": [4, 1], "tile_co": [2, 2], "oc_nthread": 2,
+            "h_nthread": 1}, 5.699),
+    "C4": ({"tile_h": [4, 7], "tile_w": [1, 28], "tile_ci": [4, 1], "tile_co": [2, 4], "oc_nthread": 1,
+            "h_nthread": 2}, 1.349),
+    "C5": ({"tile_h": [2, 14], "tile_w": [1, 28], "tile_ci": [8, 1], "tile_co": [4, 2], "oc_nthread": 1,
+            "h_nthread": 2}, 5.183),
+    "C8": ({"tile_h": [1, 14], "tile_w": [1, 14], "tile_ci": [16, 1], "tile_co": [4, 4], "oc_nthread": 2,
+            "h_nthread": 1}, 4.934),
+    "C11": ({"tile_h": [1, 7], "tile_w": [1, 7], "tile_ci": [32, 1], "tile_co": [2, 16], "oc_nthread": 2,
+             "h_nthread": 1}, 7.348),
+}
+"""The calibration points (vta.md 6.2: TopHub vta_v0.06, Pynq, July 2019): per ResNet-18 layer,
+the best AutoTVM schedule config and its measured milliseconds (kernel call included)."""
+
 PYNQ_CALIBRATED = TimingParams()
 """Constants fitted to the Pynq calibration points of ``vta.md`` 6.2 (TVM v0.18 programs of C2, C4, C5,
 C11; fit: shared GEMM/ALU fill, DMA row latency, WGT efficiency and launch time, ``insn_overhead`` fixed
