@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+import abc
 import os
 import tempfile
 import time
@@ -35,7 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from toolkit.boards import BoardProfile
-from toolkit.tuning.space import CategoricalKnob, Config, ConfigSpace, SplitKnob
+from toolkit.tuning.space import CategoricalKnob, Config, ConfigSpace, Knob, SplitKnob
 from toolkit.tuning.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
 
@@ -82,6 +83,16 @@ class ConvTemplateBase(Template):
     """Shared parts of the TVM conv2d templates: inputs, targets and the build pipeline."""
 
     weight_layout: ClassVar[str] = "OIHW"
+
+    @abc.abstractmethod
+    def knobs(self) -> list[Knob]:
+        """The template's knobs, in AutoTVM definition order."""
+
+    def space(self) -> ConfigSpace:
+        """The configuration space, built once per template instance."""
+        if getattr(self, "_space", None) is None:
+            self._space = ConfigSpace(self.knobs())
+        return self._space
 
     def make_inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
         wl = self.workload
@@ -190,26 +201,20 @@ class CPUConv2dTemplate(ConvTemplateBase):
     name: ClassVar[str] = "cpu-conv2d"
     weight_layout: ClassVar[str] = "IHWO"
 
-    def __init__(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> None:
-        super().__init__(workload, profile, **options)
-        self._space: ConfigSpace | None = None
-
-    def space(self) -> ConfigSpace:
-        if self._space is None:
-            wl = self.workload
-            self._space = ConfigSpace([
-                SplitKnob("tile_co", wl.co, 2),
-                SplitKnob("tile_oh", wl.oh, 2),
-                SplitKnob("tile_ow", wl.ow, 2),
-                SplitKnob("tile_ci", wl.ci, 2),
-                CategoricalKnob("reorder", list(REORDERS)),
-                CategoricalKnob("acc_rows", [1, 0]),
-                CategoricalKnob("vec", ["co", "ow"]),
-                CategoricalKnob("unroll_tile", [1, 0]),
-                CategoricalKnob("auto_unroll_max_step", [0, 16, 64, 512]),
-                CategoricalKnob("parallel", list(PARALLEL)),
-            ])
-        return self._space
+    def knobs(self) -> list[Knob]:
+        wl = self.workload
+        return [
+            SplitKnob("tile_co", wl.co, 2),
+            SplitKnob("tile_oh", wl.oh, 2),
+            SplitKnob("tile_ow", wl.ow, 2),
+            SplitKnob("tile_ci", wl.ci, 2),
+            CategoricalKnob("reorder", list(REORDERS)),
+            CategoricalKnob("acc_rows", [1, 0]),
+            CategoricalKnob("vec", ["co", "ow"]),
+            CategoricalKnob("unroll_tile", [1, 0]),
+            CategoricalKnob("auto_unroll_max_step", [0, 16, 64, 512]),
+            CategoricalKnob("parallel", list(PARALLEL)),
+        ]
 
     def schedule(self, config: Config) -> Any:
         import tvm

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from toolkit.templates.cpu import ConvTemplateBase
 from toolkit.tuning.measure_result import ErrorClass
-from toolkit.tuning.space import CategoricalKnob, Config, ConfigSpace, SplitKnob
+from toolkit.tuning.space import CategoricalKnob, Config, Knob, SplitKnob
 from toolkit.tuning.template import BuildError
 
 MAX_THREADS_XYZ = (1024, 1024, 64)
@@ -41,24 +41,18 @@ class CUDAConv2dTemplate(ConvTemplateBase):
     name: ClassVar[str] = "cuda-conv2d"
     weight_layout: ClassVar[str] = "OIHW"
 
-    def __init__(self, workload, profile, **options: Any) -> None:
-        super().__init__(workload, profile, **options)
-        self._space: ConfigSpace | None = None
-
-    def space(self) -> ConfigSpace:
-        if self._space is None:
-            wl = self.workload
-            self._space = ConfigSpace([
-                SplitKnob("tile_f", wl.co, 4),
-                SplitKnob("tile_y", wl.oh, 4),
-                SplitKnob("tile_x", wl.ow, 4),
-                SplitKnob("tile_rc", wl.ci, 2),
-                SplitKnob("tile_ry", wl.kh, 2),
-                SplitKnob("tile_rx", wl.kw, 2),
-                CategoricalKnob("auto_unroll_max_step", [0, 512, 1500]),
-                CategoricalKnob("unroll_explicit", [0, 1]),
-            ])
-        return self._space
+    def knobs(self) -> list[Knob]:
+        wl = self.workload
+        return [
+            SplitKnob("tile_f", wl.co, 4),
+            SplitKnob("tile_y", wl.oh, 4),
+            SplitKnob("tile_x", wl.ow, 4),
+            SplitKnob("tile_rc", wl.ci, 2),
+            SplitKnob("tile_ry", wl.kh, 2),
+            SplitKnob("tile_rx", wl.kw, 2),
+            CategoricalKnob("auto_unroll_max_step", [0, 512, 1500]),
+            CategoricalKnob("unroll_explicit", [0, 1]),
+        ]
 
     # -- limits ------------------------------------------------------------------------
     def limits(self) -> dict[str, int]:
