@@ -166,11 +166,8 @@ def _log_board(task: dict[str, Any]) -> tuple[str, str, Any]:
     return board, str(board_type), first.get("target")
 
 
-def _target_profile(board: str | Board | BoardProfile | None, default_type: str,
-                    inventory: Inventory | None) -> tuple[str, BoardProfile]:
+def _target_profile(board: str | Board | BoardProfile, inventory: Inventory | None) -> tuple[str, BoardProfile]:
     """(name, profile) of the board (name or board type) an export is made for."""
-    if board is None:
-        return default_type, load_profile(default_type)
     if isinstance(board, BoardProfile):
         return board.name, board
     if isinstance(board, Board):
@@ -183,6 +180,23 @@ def _target_profile(board: str | Board | BoardProfile | None, default_type: str,
             return board, load_profile(board)
         except BoardError:
             raise BoardError(f"{exc}; or give a board type") from None
+
+
+def _tuned_profile(board_type: str, task: dict[str, Any], log: Path) -> BoardProfile:
+    """The profile a log was tuned with: its board type, with the VTA preset its header's hardware names
+    (``edgetune tune --vta-config zcu102`` on ``vta-fsim`` logs the zcu102 config)."""
+    from toolkit.vta.config import preset_name
+
+    profile = load_profile(board_type)
+    first = task.get("tasks", [task])[0] if task.get("tasks") else task
+    hw = first.get("hw")
+    if profile.family != "vta" or not isinstance(hw, dict) or hw == _vta_hw(profile):
+        return profile
+    preset = preset_name(hw)
+    if preset is not None:
+        return dataclasses.replace(profile, vta={**profile.vta, "preset": preset})
+    raise ExportError(f"{log} was tuned for a VTA config that matches no known preset; tune again with this "
+                      f"edgetune version")
 
 
 def _vta_hw(profile: BoardProfile) -> dict[str, Any]:
@@ -325,8 +339,8 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     log = Path(log)
     header, records = read_log(log)
     tuned_board, tuned_type, tuned_target = _log_board(header.task)
-    name, profile = _target_profile(board, tuned_type, inventory)
-    tuned_profile = load_profile(tuned_type)
+    tuned_profile = _tuned_profile(tuned_type, header.task, log)
+    name, profile = (tuned_type, tuned_profile) if board is None else _target_profile(board, inventory)
     if profile.family != tuned_profile.family:
         raise ExportError(f"{log} was tuned on a {tuned_profile.family} board ({tuned_type}); it cannot be exported "
                           f"for {name} ({profile.family}): export for a {tuned_profile.family} board")
@@ -503,6 +517,12 @@ class Export:
             raise ExportError(f"{what} and holds {kind}; board {board.name} is a {p.family} board ({p.name}): "
                               f"run it on a {m.family} board, or export the log for {board.name}")
         if m.family == "vta":
+            from toolkit.vta.config import preset_name
+
+            needed = preset_name(m.hardware)
+            if _vta_hw(p) != m.hardware and p.is_simulator and needed:
+                raise ExportError(f"this export is for the VTA config {needed}; board {board.name} simulates "
+                                  f"{p.vta.get('preset')}: pass --vta-config {needed}")
             if _vta_hw(p) != m.hardware:
                 raise ExportError(f"{what}; board {board.name} ({p.name}) has VTA {p.vta.get('bitstream')}, another "
                                   f"hardware config: export a log tuned for {p.name}")

@@ -84,18 +84,17 @@ def test_result_round_trips_through_json():
 def test_vta_config_selects_the_simulated_preset():
     import dataclasses
 
-    from toolkit.boards import Board, resolve_board
-    from toolkit.tuning.bench import board_with_preset
+    from toolkit.boards import Board, resolve_board, with_vta_preset
     from toolkit.tuning.task import Task
     from toolkit.workloads import parse_workload
 
     sim = resolve_board("vta-fsim")
-    assert board_with_preset(sim, None) is sim and board_with_preset(sim, "pynq") is sim
-    zcu = board_with_preset(sim, "zcu102")
+    assert with_vta_preset(sim, None) is sim and with_vta_preset(sim, "pynq") is sim
+    zcu = with_vta_preset(sim, "zcu102")
     assert zcu.name == "vta-fsim-zcu102" and zcu.profile.is_simulator
     assert Task.create(parse_workload("resnet18.C11"), zcu).describe()["hw"]["TARGET"] == "zcu102"
     with pytest.raises(ConfigError, match="preset"):
-        board_with_preset(sim, "nosuch")
+        with_vta_preset(sim, "nosuch")
     cpu = Board("cpu-box", dataclasses.replace(sim.profile, family="cpu", vta=None))
     with pytest.raises(ConfigError, match="VTA boards"):
-        board_with_preset(cpu, "zcu102")
+        with_vta_preset(cpu, "zcu102")

@@ -351,3 +351,21 @@ def test_a_wrong_output_is_reported_and_exits_1(vta_export, tmp_path):
     assert load_export(copy).run("vta-fsim").correct is False
     r = _invoke("run", copy, "--board", "vta-fsim")
     assert r.exit_code == 1 and "gave a wrong output" in r.output and "outputs differ" in r.output
+
+
+def test_a_log_tuned_with_vta_config_exports_that_config_and_runs_only_with_it(tmp_path):
+    log, out = tmp_path / "zcu.jsonl", tmp_path / "ex"
+    res = cli.invoke(app, ["tune", "--board", "vta-fsim", "--vta-config", "zcu102", "-w", "resnet18.C11",
+                           "--trials", "8", "--log", str(log)])
+    assert res.exit_code == 0, res.output
+    assert read_log(log)[0].task["hw"] == get_preset("zcu102").to_json()
+    res = cli.invoke(app, ["export", "--log", str(log), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert load_export(out).manifest.hardware == get_preset("zcu102").to_json()
+    res = cli.invoke(app, ["run", str(out), "--board", "vta-fsim"])
+    assert res.exit_code == 2 and "pass --vta-config zcu102" in res.output
+    res = cli.invoke(app, ["run", str(out), "--board", "vta-fsim", "--vta-config", "zcu102", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["results"][0]["correct"] is True
+    res = cli.invoke(app, ["tune", "--board", "local", "--vta-config", "zcu102", "-w", "resnet18.C5", "-n", "2"])
+    assert res.exit_code == 2 and "applies to VTA boards" in res.output

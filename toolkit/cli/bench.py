@@ -10,10 +10,10 @@ from typing import Annotated, Optional
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory, resolve_board
+from toolkit.boards import Inventory, resolve_board, with_vta_preset
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
-from toolkit.tuning.bench import DEFAULT_CACHE_DIR, BenchResult, board_with_preset, expand_workloads, run_bench
+from toolkit.tuning.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench
 
 
 def _command_line(ctx: typer.Context) -> str:
@@ -82,7 +82,7 @@ def bench(
         "--inventory", envvar="EDGETUNE_INVENTORY", help="Board inventory file.")] = None,
 ) -> None:
     """Run several tuners on the same workloads, budget, seeds and board; compare them."""
-    brd = board_with_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
     if tvm_compat and brd.profile.family != "vta":
         raise ConfigError("--tvm-compat applies to VTA boards only")
     wls = expand_workloads(workloads, brd.profile.family)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory, resolve_board
+from toolkit.boards import Inventory, resolve_board, with_vta_preset
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
 from toolkit.export import export as do_export
@@ -71,12 +71,14 @@ def run(
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
     tracker: Annotated[str | None, typer.Option(
         help="RPC tracker HOST:PORT (default: where the board was provisioned).")] = None,
+    vta_config: Annotated[str | None, typer.Option(
+        "--vta-config", help="VTA simulator: model another hardware preset (as the export was tuned with).")] = None,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Run an exported kernel on a board (over RPC) or the VTA simulator, check it, compare the latency."""
     ex = load_export(folder)
-    brd = resolve_board(board, Inventory(inventory) if inventory else None)
+    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
     ex.check_board(brd)
     labels = [ex.kernel(workload).label] if workload else [k.label for k in ex.kernels]
     results = []

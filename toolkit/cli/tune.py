@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory, resolve_board
+from toolkit.boards import Inventory, resolve_board, with_vta_preset
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
 from toolkit.errors import ConfigError
@@ -69,6 +69,9 @@ def tune(
         "--option", "-o", help="Tuner option KEY=VALUE; repeat for several (see `edgetune tuners`).")] = None,
     tvm_compat: Annotated[bool, typer.Option(
         "--tvm-compat", help="VTA: TVM-compatible space: configs TVM v0.18's lowering cannot build count as invalid.")] = False,
+    vta_config: Annotated[Optional[str], typer.Option(
+        "--vta-config", help="VTA simulator: model another hardware preset (pynq, ultra96, zcu102); the log "
+                             "records it and export follows it.")] = None,
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Check each config's output against the reference (slower).")] = False,
     tracker: Annotated[Optional[str], typer.Option(
@@ -95,7 +98,7 @@ def tune(
     """Tune one conv2d workload (or, with --model, a whole network) on one board; every trial is logged."""
     if (workload is None) == (model is None):
         raise ConfigError("give --workload (one layer) or --model (a whole network), exactly one of them")
-    brd = resolve_board(board, Inventory(inventory) if inventory else None)
+    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
     template_options = {"tvm_compat": True} if tvm_compat else {}
     if model is not None:
         from toolkit.cli.tune_network import tune_model

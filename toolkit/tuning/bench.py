@@ -24,7 +24,6 @@ Definitions (also in ``docs/benchmarks.md``):
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import json
 import math
@@ -135,23 +134,6 @@ def expand_workloads(items: Iterable[str], family: str) -> list[Conv2dWorkload]:
     if not out:
         raise WorkloadError("no workloads given; pass --workloads resnet18, resnet18.C2,resnet18.C5 or a spec")
     return list(out)
-
-
-def board_with_preset(board: Board, preset: str | None) -> Board:
-    """``board`` with another VTA hardware preset (``vta-fsim`` + ``zcu102`` -> ``vta-fsim-zcu102``).
-
-    The board keeps its executor; only the ``[vta] preset`` changes, so the simulator models
-    that hardware config. :class:`ConfigError` for a non-VTA board or an unknown preset.
-    """
-    if preset is None or (board.profile.vta or {}).get("preset") == preset:
-        return board
-    if board.profile.family != "vta":
-        raise ConfigError(f"--vta-config applies to VTA boards; {board.name!r} is a {board.profile.family} board")
-    from toolkit.vta.config import get_preset
-
-    get_preset(preset)
-    vta = {**(board.profile.vta or {}), "preset": preset}
-    return Board(f"{board.name}-{preset}", dataclasses.replace(board.profile, vta=vta))
 
 
 # -- replay caches ------------------------------------------------------------------------------------

@@ -256,3 +256,12 @@ def get_preset(name: str) -> VTAConfig:
         return PRESETS[name]
     except KeyError:
         raise ConfigError(f"unknown VTA preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+
+
+def preset_name(hw: dict[str, Any]) -> str | None:
+    """The name of the preset whose ``vta_config.json`` dict is ``hw`` (``None`` for a custom config).
+
+    >>> preset_name(PRESETS["zcu102"].to_json())
+    'zcu102'
+    """
+    return next((name for name, cfg in PRESETS.items() if cfg.to_json() == hw), None)
