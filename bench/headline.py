@@ -72,7 +72,7 @@ def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str, 
            "--workloads", ",".join(f"resnet18.{layer}" for layer in layers), "--tuners", tuners,
            "--trials", str(trials), "--seeds", str(seeds), "--json", str(out / f"{out_name}.json"),
            "--plot", str(img / f"headline_{out_name}.png"), "--markdown", str(out / f"{out_name}.md"),
-           "--title", s["title"]]
+           "--title", s["title"], "--resume"]   # an interrupted setting continues where it stopped
     for c in CACHES:
         cmd += ["--cache-dir", c]
     return cmd

@@ -95,3 +95,22 @@ def test_live_bench_measures_on_the_simulator(bench_out):
     (wl,) = live["workloads"].values()
     assert wl["optimum"] == next(iter(first["workloads"].values()))["optimum"]  # from the exhaustive log
     assert run["best_seconds"] is None or run["best_seconds"] >= wl["optimum"]
+
+
+def test_bench_refuses_to_overwrite_and_resumes_only_the_missing_runs(bench_out, tmp_path):
+    d, first = bench_out
+    out = tmp_path / "b.json"
+    out.write_text(json.dumps(first))
+    args = ["bench", "-w", SMALL, "-n", "12", "-s", "2", "--json", str(out), "--cache-dir", str(d / "cache")]
+    res = CliRunner().invoke(app, [*args, "-t", "random,xgb"])
+    assert res.exit_code == 2 and "pass --resume" in res.output
+    assert json.loads(out.read_text()) == first                      # nothing recorded is lost
+    res = CliRunner().invoke(app, [*args, "-t", "random,xgb,ga", "--resume"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["settings"]["resumed_runs"] == 4 and len(data["runs"]) == 6
+    old = {(r["tuner"], r["seed"]): r["history"] for r in first["runs"]}
+    assert all(r["history"] == old[r["tuner"], r["seed"]] for r in data["runs"] if r["tuner"] != "ga")
+    assert {r["seed"] for r in data["runs"] if r["tuner"] == "ga"} == {0, 1}
+    res = CliRunner().invoke(app, [*args[:4], "5", *args[5:], "-t", "random,xgb", "--resume"])
+    assert res.exit_code == 2 and "cannot resume" in res.output and "trials 12 vs 5" in res.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json as _json
+import os
 import shlex
 from pathlib import Path
 from typing import Annotated, Optional
@@ -35,7 +36,9 @@ def _write(result: BenchResult, json_out: Path, plot: Path | None, markdown: Pat
            title: str | None) -> None:
     """Write the JSON (and the plot and markdown tables when asked)."""
     json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(_json.dumps(result.to_json(), indent=1))
+    tmp = json_out.with_name(json_out.name + ".tmp")
+    tmp.write_text(_json.dumps(result.to_json(), indent=1))
+    os.replace(tmp, json_out)   # atomic: an interrupted bench keeps its last complete JSON
     if plot is not None or markdown is not None:
         from toolkit.report import bench_markdown, plot_bench
 
@@ -78,10 +81,16 @@ def bench(
     cache_dir: Annotated[Optional[list[str]], typer.Option(
         "--cache-dir", help="Folders searched for exhaustive logs (repeatable); missing ones are built in the first.")]
     = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Reuse the runs already in --json (same board, trials and options); run only the "
+                         "missing workload/tuner/seed runs.")] = False,
     inventory: Annotated[Optional[Path], typer.Option(
         "--inventory", envvar="EDGETUNE_INVENTORY", help="Board inventory file.")] = None,
 ) -> None:
-    """Run several tuners on the same workloads, budget, seeds and board; compare them."""
+    """Run several tuners on the same workloads, budget, seeds and board; compare them.
+
+    The JSON is rewritten after every run, so an interrupted bench continues with --resume.
+    """
     brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
     if tvm_compat and brd.profile.family != "vta":
         raise ConfigError("--tvm-compat applies to VTA boards only")
@@ -90,6 +99,12 @@ def bench(
     for path, suffix in ((plot, ".png"), (markdown, ".md")):
         if path is not None and path.suffix.lower() != suffix:
             raise ConfigError(f"{path} must end in {suffix}")
+    previous = None
+    if json_out.exists() and json_out.stat().st_size > 0:
+        if not resume:
+            raise ConfigError(f"{json_out} already holds a bench; pass --resume to reuse its runs, or choose another "
+                              "--json")
+        previous = BenchResult.load(json_out)
     command = _command_line(ctx)
     with console.progress() as bar:
         ids: dict[str, int] = {}
@@ -103,7 +118,7 @@ def bench(
         result = run_bench(brd, wls, names, trials, seeds, reference=reference,
                            template_options={"tvm_compat": True} if tvm_compat else {}, replay=replay,
                            cache_dirs=cache_dir or [DEFAULT_CACHE_DIR], command=command, progress=on_progress,
-                           checkpoint=lambda partial: _write(partial, json_out, plot, markdown, title))
+                           checkpoint=lambda partial: _write(partial, json_out, None, None, title), previous=previous)
     _write(result, json_out, plot, markdown, title)
     rows = [(t, "-" if m["best_vs_optimum"] is None else f"{m['best_vs_optimum']:.4f}",
              "-" if m["trials_to_match_vs_reference"] is None else f"{m['trials_to_match_vs_reference']:.3f}",

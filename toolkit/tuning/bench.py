@@ -287,14 +287,17 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
               reference: str = "xgb", template_options: dict[str, Any] | None = None, replay: bool = True,
               cache_dirs: Sequence[str | Path] = (DEFAULT_CACHE_DIR,), tuner_options: dict[str, Any] | None = None,
               command: str | None = None, progress: Progress | None = None,
-              checkpoint: Callable[[BenchResult], None] | None = None) -> BenchResult:
+              checkpoint: Callable[[BenchResult], None] | None = None,
+              previous: BenchResult | None = None) -> BenchResult:
     """Run every tuner on every workload with every seed (``trials`` each) and summarise.
 
     Inside each (workload, seed) block the tuners run one after another, starting with a
     different tuner in each block (round-robin), so slow drift of the machine hits all alike.
     ``reference`` must be one of ``tuners``. With ``replay`` the measurements come from the
     task's exhaustive simulator cache (built on first use into ``cache_dirs[0]``). ``checkpoint``
-    gets the result so far (summarised) after each workload, to save partial benches.
+    gets the result so far (summarised) after each run, to save partial benches. ``previous`` (an
+    earlier result of the same bench settings) resumes: its runs are reused, only missing
+    (workload, tuner, seed) runs are run.
     """
     tuners = list(dict.fromkeys(tuners))
     if not tuners:
@@ -314,13 +317,13 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
         "match_tolerance": MATCH_TOLERANCE}, {})
     total = len(workloads) * seeds * len(tuners)
     result.settings["runs_planned"] = total
+    done = _reusable_runs(previous, result.settings) if previous is not None else {}
     live = None if replay else make_runner(board)   # one runner (RPC session, tracker) for the whole bench
     try:
         for wi, wl in enumerate(workloads):
             _bench_workload(result, board, wl, wi, tuners, trials, seeds, template_options, replay, cache_dirs,
-                            tuner_options or {}, live, progress, total)
-            if checkpoint:
-                checkpoint(_finish(result, tuners, reference))
+                            tuner_options or {}, live, progress, total, done,
+                            (lambda: checkpoint(_finish(result, tuners, reference))) if checkpoint else None)
     finally:
         if live is not None:
             live.close()
@@ -330,8 +333,9 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
 def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: int, tuners: Sequence[str],
                     trials: int, seeds: int, template_options: dict[str, Any], replay: bool,
                     cache_dirs: Sequence[str | Path], tuner_options: dict[str, Any], live: Runner | None,
-                    progress: Progress | None, total: int) -> None:
-    """Every seed and tuner on one workload, appended to ``result``."""
+                    progress: Progress | None, total: int, done: dict[tuple[str, str, int], BenchRun],
+                    after_run: Callable[[], None] | None) -> None:
+    """Every seed and tuner on one workload, appended to ``result`` (runs in ``done`` are reused)."""
     task = Task.create(wl, board, **template_options)
     info: dict[str, Any] = {"spec": wl.spec(), "space_size": task.space.size, "optimum": None, "cache": None}
     builder, runner = None, live
@@ -350,6 +354,12 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
     for seed in range(seeds):
         start = (wi + seed) % len(tuners)
         for name in list(tuners[start:]) + list(tuners[:start]):
+            if (wl.label, name, seed) in done:
+                result.runs.append(done[wl.label, name, seed])
+                result.settings["resumed_runs"] = result.settings.get("resumed_runs", 0) + 1
+                if progress:
+                    progress(f"{name} {wl.label} seed {seed} (resumed)", len(result.runs), total)
+                continue
             tuner = make_tuner(name, seed=seed, **tuner_options.get(name, {}))
             s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
                      measure_options=MeasureOptions(check=False))
@@ -360,6 +370,21 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
                                         stopped=s.stopped))
             if progress:
                 progress(f"{name} {wl.label} seed {seed}", len(result.runs), total)
+            if after_run:
+                after_run()
+
+
+RESUME_KEYS = ("board", "vta_config", "trials", "replay", "template_options")
+"""Settings two benches must share for one to resume the other's runs."""
+
+
+def _reusable_runs(previous: BenchResult, settings: dict[str, Any]) -> dict[tuple[str, str, int], BenchRun]:
+    """The runs of ``previous`` by (workload, tuner, seed); :class:`ConfigError` if its settings differ."""
+    differ = [k for k in RESUME_KEYS if previous.settings.get(k) != settings.get(k)]
+    if differ:
+        what = ", ".join(f"{k} {previous.settings.get(k)!r} vs {settings.get(k)!r}" for k in differ)
+        raise ConfigError(f"cannot resume a bench with other settings ({what}); choose another --json")
+    return {(r.workload, r.tuner, r.seed): r for r in previous.runs}
 
 
 def _finish(result: BenchResult, tuners: Sequence[str], reference: str) -> BenchResult:
