@@ -6,7 +6,8 @@ import pytest
 from toolkit.errors import ConfigError
 from toolkit.testing.conformance import TunerConformance, drive
 from toolkit.tuning.tuners.base import TUNERS, make_tuner
-from toolkit.tuning.tuners.chameleon import ChameleonTuner, RLTuner, SAASTuner
+from toolkit.tuning.tuners.chameleon import (PLUS_DEFAULTS, PLUS_OPTIONS, ChameleonPlusTuner, ChameleonTuner, RLTuner,
+                                             SAASTuner)
 
 # A smaller search than the default keeps the suite fast; the contract does not depend on it.
 FAST_RL = {"episodes": 32, "max_steps": 60, "max_rounds": 60}
@@ -14,6 +15,12 @@ FAST_RL = {"episodes": 32, "max_steps": 60, "max_rounds": 60}
 
 class TestChameleon(TunerConformance):
     tuner_factory = staticmethod(lambda seed: ChameleonTuner(seed=seed, **FAST_RL))
+
+
+class TestChameleonPlus(TunerConformance):
+    # it refits every batch: a smaller search and fewer refits keep the suite fast
+    tuner_factory = staticmethod(lambda seed: ChameleonPlusTuner(seed=seed, episodes=16, max_steps=30, max_rounds=30,
+                                                                 refit_every=24))
 
 
 class TestRL(TunerConformance):
@@ -26,7 +33,7 @@ class TestSAAS(TunerConformance):
 
 def test_registered_under_their_names() -> None:
     make_tuner("xgb")
-    assert {"chameleon", "rl", "sa-as"} <= set(TUNERS)
+    assert {"chameleon", "chameleon+", "rl", "sa-as"} <= set(TUNERS)
 
 
 @pytest.mark.parametrize("variant", [{}, {"reduction": "sample", "k_rule": "stop"}])
@@ -46,3 +53,30 @@ def test_chameleon_refits_after_each_sampled_batch_and_counts_queries(variant: d
 def test_reduction_option_is_validated() -> None:
     with pytest.raises(ConfigError):
         ChameleonTuner(reduction="median")
+
+
+def test_chameleon_defaults_are_the_reference_and_plus_changes_only_its_table() -> None:
+    ref, plus = ChameleonTuner(), ChameleonPlusTuner()
+    assert {k: ref.params[k] for k in PLUS_OPTIONS} == {k: o.default for k, o in PLUS_OPTIONS.items()}
+    assert ref.params["representative"] == "nearest" and ref.params["refit_every"] == 0
+    changed = {k for k in ref.params if ref.params[k] != plus.params[k]}
+    assert changed == set(PLUS_DEFAULTS)
+
+
+def test_plus_starts_small_and_refits_every_batch() -> None:
+    tuner = ChameleonPlusTuner(seed=0, **FAST_RL)
+    results = drive(tuner, 80, batch=8)
+    assert len({r.index for r in results}) == 80
+    # n_init=16 random configs, then a fit after every batch of 8: after 16, 24, ..., 80 trials
+    assert tuner.stats()["fits"] == 1 + (80 - 16) // 8
+    assert tuner.model.loss == "rank"
+
+
+def test_spread_init_measures_the_spread_plan_first() -> None:
+    from toolkit.testing.conformance import synthetic_space
+    from toolkit.tuning.sampling import spread_sample
+
+    tuner = ChameleonPlusTuner(seed=3, init="spread", **FAST_RL)
+    drive(tuner, 0, batch=8)
+    expected = spread_sample(synthetic_space(), 16, np.random.default_rng(3))
+    assert tuner.propose(8) + tuner.propose(8) == expected

@@ -78,3 +78,17 @@ def test_rl_optimizer_returns_best_unvisited_configs() -> None:
     scores = score(np.array(out))
     assert (np.diff(scores) <= 0).all()
     assert opt.n_queries == opt.n_steps > 0 and opt.agent.n_updates == 1
+
+
+def test_elite_starts_search_around_the_given_configs() -> None:
+    space = ConfigSpace([SplitKnob("a", 64), SplitKnob("b", 48), CategoricalKnob("c", [1, 2, 4])])
+    elite = [space.from_knob_indices([0, 0, 0]), space.from_knob_indices([6, 9, 2])]
+    opt = RLOptimizer(n_episodes=16, max_steps=1, seed=0, elite_share=1.0)
+    score = lambda idx: np.zeros(len(idx))
+    out = opt.find_maximums(space, score, 32, set(), np.random.default_rng(0), elite=elite)
+    starts = space.knob_indices_array(elite)
+    for k in space.knob_indices_array(out):   # one step from an elite start: every knob within 1
+        assert (np.abs(starts - k).max(axis=1) <= 1).any(), k
+    rand = RLOptimizer(n_episodes=16, max_steps=1, seed=0).find_maximums(space, score, 32, set(),
+                                                                        np.random.default_rng(0), elite=elite)
+    assert any((np.abs(starts - k).max(axis=1) > 1).all() for k in space.knob_indices_array(rand))

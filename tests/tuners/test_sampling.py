@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.sampling import adaptive_sample, cardinal_knobs, select_k, synthesize
+from toolkit.tuning.sampling import adaptive_sample, cardinal_knobs, select_k, spread_sample, synthesize
 from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
 
 
@@ -97,3 +97,25 @@ def test_centroid_representatives_are_synthesised(reduction: str) -> None:
         assert [g[2] for g in got] == [3, 1]
     else:
         assert all(g[2] in (0, 1, 2, 3) for g in got)
+
+
+def test_best_representative_is_each_clusters_top_candidate_in_predicted_order() -> None:
+    # candidates best predicted first; two tight clusters on the cardinal knobs (a, b)
+    base = [(0, 1, 3), (1, 0, 3), (0, 0, 0), (2, 0, 3)]
+    far = [(25, 20, 1), (24, 21, 1), (25, 21, 2)]
+    order = [far[1], base[2], base[0], far[0], base[1], far[2], base[3]]
+    cands = SPACE.from_knob_indices_array(np.array(order)).tolist()
+    out = adaptive_sample(SPACE, cands, set(), np.random.default_rng(0), k_min=2, k_max=2, representative="best")
+    assert out.indices == [cands[0], cands[1]] and out.n_synthesized == 0
+    # nearest-to-centroid picks differ: the model's top candidate is not guaranteed
+    near = adaptive_sample(SPACE, cands, set(), np.random.default_rng(0), k_min=2, k_max=2)
+    assert cands[0] not in near.indices
+
+
+def test_spread_sample_covers_the_space() -> None:
+    space = ConfigSpace([CategoricalKnob("a", list(range(20))), CategoricalKnob("b", list(range(20)))])
+    for seed in range(3):
+        picks = spread_sample(space, 4, np.random.default_rng(seed))
+        assert len(set(picks)) == 4
+        quadrants = {(a >= 10, b >= 10) for a, b in space.knob_indices_array(picks).tolist()}
+        assert len(quadrants) == 4, space.knob_indices_array(picks).tolist()

@@ -236,12 +236,15 @@ class RLOptimizer:
     Same interface as :class:`~toolkit.tuning.sa.SimulatedAnnealing`: :meth:`find_maximums` and the
     ``n_queries`` counter (configurations scored). The agent is created on the first call and keeps
     learning across calls (one optimizer per task), while ``score_fn`` changes as the model is refit.
-    ``agent_options`` are :class:`PPOAgent` keyword arguments.
+    ``agent_options`` are :class:`PPOAgent` keyword arguments. With ``elite_share > 0`` that share
+    of the episodes starts from the ``elite`` configs given to :meth:`find_maximums` (cycling through
+    them; edgetune's variant), the rest from random configs (the reference).
     """
 
     def __init__(self, n_episodes: int = 128, max_steps: int = 500, stay_ratio: float = 0.75, seed: int = 0,
-                 torch_threads: int = 1, **agent_options: float) -> None:
+                 torch_threads: int = 1, elite_share: float = 0.0, **agent_options: float) -> None:
         self.n_episodes = n_episodes
+        self.elite_share = elite_share
         self.max_steps = max_steps
         self.stay_ratio = stay_ratio
         self.seed = seed
@@ -256,8 +259,11 @@ class RLOptimizer:
         """Mean reward of each search (a learning curve)."""
 
     def find_maximums(self, space: ConfigSpace, score_fn: Callable[[np.ndarray], np.ndarray], num: int,
-                      exclude: Iterable[int], rng: np.random.Generator) -> list[int]:
-        """Up to ``num`` distinct visited indices (best predicted first), none in ``exclude``."""
+                      exclude: Iterable[int], rng: np.random.Generator, elite: Sequence[int] = ()) -> list[int]:
+        """Up to ``num`` distinct visited indices (best predicted first), none in ``exclude``.
+
+        ``elite``: configs (e.g. the best measured) that ``elite_share`` of the episodes start from.
+        """
         threads = torch.get_num_threads()
         torch.set_num_threads(self.torch_threads)
         try:
@@ -270,6 +276,10 @@ class RLOptimizer:
 
             dims = np.asarray(space.dims, dtype=np.int64)
             starts = rng.integers(0, dims, size=(self.n_episodes, len(dims)))
+            n_elite = min(int(round(self.elite_share * self.n_episodes)), self.n_episodes) if len(elite) else 0
+            if n_elite:
+                picks = np.resize(np.asarray(elite, dtype=np.int64), n_elite)
+                starts[:n_elite] = space.knob_indices_array(picks)
             roll = run_episodes(self.agent, dims, score_knobs, starts, self.max_steps, self.stay_ratio)
             self.agent.update(roll)
         finally:

@@ -35,7 +35,7 @@ from toolkit.tuning.space import ConfigSpace
 
 REDUCTIONS = ("mode", "sample")
 K_RULES = ("knee", "stop")
-REPRESENTATIVES = ("nearest", "centroid")
+REPRESENTATIVES = ("nearest", "centroid", "best")
 
 
 def cardinal_knobs(dims: Sequence[int], n: int = 2) -> np.ndarray:
@@ -146,7 +146,9 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
     ``representative="nearest"`` measures the candidate nearest each centroid (synthesis only
     replaces a measured or duplicate one); ``"centroid"`` measures a synthesised config, as the
     reference code does: the cardinal knobs take the rounded centroid, the others the ``reduction``
-    of the cluster (``mode``) or of all candidates (``sample``).
+    of the cluster (``mode``) or of all candidates (``sample``); ``"best"`` (edgetune's greedy
+    variant) measures each cluster's best-predicted member (its earliest candidate) and returns the
+    picks best predicted first, so the model's top candidate is always among them.
 
     ``exclude`` holds indices that must not be measured (already measured, known invalid). The
     result has distinct indices outside ``exclude``; it is shorter than ``k`` only when the space
@@ -176,6 +178,8 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
             syn = synthesize(knobs[members], reduction, rng, pool=knobs, center=clus.centers[c], cardinal=cardinal)
             syn[cardinal] = np.rint(clus.centers[c]).astype(np.int64)
             pick = int(space.from_knob_indices_array(np.clip(syn, 0, dims - 1)[None])[0])
+        elif representative == "best":
+            pick = int(cands[members[0]])   # members are in candidate order: best predicted first
         else:
             # nearest member to the centroid; ties go to the best predicted (earliest) candidate
             dist = ((points[members] - clus.centers[c]) ** 2).sum(axis=1)
@@ -198,4 +202,36 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
         n_syn += synthesized
         taken.add(pick)
         out.append(pick)
+    if representative == "best":
+        rank = {int(c): j for j, c in reversed(list(enumerate(cands)))}
+        out.sort(key=lambda i: rank.get(i, len(cands)))
     return AdaptiveSample(out, clus.k, clus.inertias, n_syn, n_rand)
+
+
+def spread_sample(space: ConfigSpace, n: int, rng: np.random.Generator, pool_factor: int = 16) -> list[int]:
+    """``n`` distinct configs spread over the space: k-means (k = ``n``) over a random pool of
+    ``pool_factor * n`` configs (the whole space if smaller), on knob indices normalised by each
+    knob's number of options, and the pool member nearest each centre (Chameleon+'s initial plan).
+
+    >>> from toolkit.tuning.space import ConfigSpace, CategoricalKnob
+    >>> space = ConfigSpace([CategoricalKnob("a", list(range(10))), CategoricalKnob("b", list(range(10)))])
+    >>> picks = spread_sample(space, 4, np.random.default_rng(0))
+    >>> len(set(picks)) == 4
+    True
+    """
+    if n <= 0:
+        return []
+    pool = np.asarray(space.sample(min(space.size, pool_factor * n), rng), dtype=np.int64)
+    if len(pool) <= n:
+        return [int(i) for i in pool]
+    points = space.knob_indices_array(pool) / np.maximum(np.asarray(space.dims, dtype=np.float64) - 1, 1)
+    clus = _kmeans(points, n, rng)
+    out: list[int] = []
+    for c in range(len(clus.centers)):
+        members = np.flatnonzero(clus.labels == c)
+        if len(members):
+            near = members[np.argmin(((points[members] - clus.centers[c]) ** 2).sum(axis=1))]
+            out.append(int(pool[near]))
+    out = list(dict.fromkeys(out))
+    rest = [int(i) for i in pool if int(i) not in set(out)]
+    return out + rest[:n - len(out)]

@@ -3,7 +3,10 @@
 - ``chameleon``: PPO exploration against an XGBoost regression model, then adaptive sampling
   (k-means knee on the cardinal knobs, one measurement per cluster, sample synthesis);
 - ``rl``: PPO exploration, AutoTVM-style top-``plan_size`` measurement (no sampling);
-- ``sa-as``: AutoTVM's simulated annealing + adaptive sampling.
+- ``sa-as``: AutoTVM's simulated annealing + adaptive sampling;
+- ``chameleon+``: edgetune's improved Chameleon, the same tuner with :data:`PLUS_DEFAULTS` (16 random
+  configs first, a refit after every batch of 8, each cluster's best-predicted member measured best
+  first, a rank-loss model, half the PPO episodes started from the best measured configs).
 
 All three run AutoTVM's loop (:class:`ModelBasedTuner`): ``plan_size`` random configs first, then
 fit -> search -> measure. With adaptive sampling the model is refit after the k sampled configs are
@@ -13,10 +16,14 @@ measured (the reference's ``next_update += len(trials)``), not after ``plan_size
 >>> t = make_tuner("chameleon", seed=0, episodes=64)
 >>> t.params["episodes"], t.params["reduction"], t.params["k_threshold"]
 (64, 'mode', 2.5)
+>>> p = make_tuner("chameleon+", seed=0)
+>>> p.params["n_init"], p.params["refit_every"], p.params["representative"], p.params["episodes"]
+(16, 8, 'best', 128)
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,7 +32,7 @@ from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.ppo import RLOptimizer
 from toolkit.tuning.sa import SimulatedAnnealing
-from toolkit.tuning.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample
+from toolkit.tuning.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample, spread_sample
 from toolkit.tuning.tuners.base import Option, TuningContext, register
 from toolkit.tuning.tuners.model_based import ModelBasedTuner
 
@@ -62,11 +69,24 @@ SAMPLING_OPTIONS = {
     "k_rule": Option("knee", "knee: keep the last k that paid off; stop: keep the k where the loop stopped "
                      "(reference code)", str, K_RULES),
     "n_cardinal": Option(2, "cluster on this many knobs with the most options", int),
-    "representative": Option("nearest", "per cluster, measure the candidate nearest the centroid, or a config "
-                             "synthesised at the centroid (reference code)", str, REPRESENTATIVES),
+    "representative": Option("nearest", "per cluster, measure the candidate nearest the centroid, a config "
+                             "synthesised at the centroid (reference code), or the best-predicted member (best: "
+                             "picks ordered best first)", str, REPRESENTATIVES),
     "reduction": Option("mode", "synthesis of a redundant sample: mode (per-knob mode of its cluster, paper) or "
                         "sample (centroid + random candidate values, reference code)", str, REDUCTIONS),
 }
+
+PLUS_OPTIONS = {
+    "n_init": Option(0, "configs measured before the first fit; 0 = plan_size (AutoTVM, reference)", int),
+    "init": Option("random", "initial configs: random (reference) or spread (nearest pool config to each k-means "
+                   "centre of a random pool of 16 x n_init)", str, ("random", "spread")),
+    "refit_every": Option(0, "refit and re-plan after this many measurements; 0 = after the k sampled configs "
+                          "(reference)", int),
+    "rl_elite": Option(0.0, "share of PPO episodes started from the best measured configs (0: all random "
+                       "starts, reference)", float),
+    "rl_elite_top": Option(8, "elite starts cycle through this many best measured configs", int),
+}
+"""Chameleon+ settings; their defaults reproduce the reference (``chameleon``)."""
 
 SA_OPTIONS = {
     "sa_chains": Option(128, "parallel simulated-annealing chains", int),
@@ -90,7 +110,17 @@ class _RLMixin(_ModelMixin):
             torch_threads=p["torch_threads"], lr=p["lr"], epochs=p["epochs"], minibatch=p["minibatch"],
             gamma=p["gamma"], lam=p["lam"], clip=p["clip"], c1=p["c1"], c2=p["c2"], hidden=p["hidden"],
             head_hidden=p["head_hidden"], value_hidden=p["value_hidden"], temperature=p["temperature"],
+            elite_share=p.get("rl_elite", 0.0),
         )
+
+    def _find_candidates(self, num: int) -> list[int]:
+        p = self.params
+        if not p.get("rl_elite", 0.0):
+            return super()._find_candidates(num)
+        ys = np.asarray(self.ys)
+        order = np.argsort(-ys, kind="stable")[:p["rl_elite_top"]]
+        elite = [self.xs[i] for i in order if ys[i] > 0]
+        return self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng, elite=elite)
 
     def stats(self) -> dict[str, float]:
         rewards = self.optimizer.mean_rewards
@@ -156,7 +186,48 @@ class SAASTuner(_SamplingMixin, _ModelMixin):
 
 @register
 class ChameleonTuner(_SamplingMixin, _RLMixin):
-    """Chameleon (ICLR 2020): PPO exploration + adaptive sampling, XGBoost regression cost model."""
+    """Chameleon (ICLR 2020): PPO exploration + adaptive sampling, XGBoost regression cost model.
+
+    The :data:`PLUS_OPTIONS` (initial plan, refit interval, elite starts) default to
+    the reference's behaviour; ``chameleon+`` sets them.
+    """
 
     name = "chameleon"
-    options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **RL_OPTIONS, **SAMPLING_OPTIONS}
+    options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **RL_OPTIONS, **SAMPLING_OPTIONS, **PLUS_OPTIONS}
+
+    def setup(self, ctx: TuningContext) -> None:
+        super().setup(ctx)
+        p = self.params
+        n_init = p["n_init"] or p["plan_size"]
+        self._next_update = n_init
+        self._init_plan = spread_sample(self.space, n_init, self.rng) if p["init"] == "spread" else []
+
+    def propose(self, n: int) -> list[int]:
+        out: list[int] = []
+        while self.train_ct == 0 and self._init_plan and len(out) < n:
+            index = self._init_plan.pop(0)
+            if index not in self.visited:
+                out.append(index)
+                self.visited.add(index)
+        return out + super().propose(n - len(out)) if len(out) < n else out
+
+    def _replan(self) -> None:
+        super()._replan()
+        if self.params["refit_every"] > 0:
+            self._next_update = len(self.xs) + self.params["refit_every"]
+
+
+PLUS_DEFAULTS: dict[str, Any] = {
+    "n_init": 16, "refit_every": 8, "loss": "rank", "rl_elite": 0.5, "representative": "best",
+}
+"""What ``chameleon+`` changes against ``chameleon`` (every other option keeps the reference value)."""
+
+
+@register
+class ChameleonPlusTuner(ChameleonTuner):
+    """Chameleon made better: a small random start, greedy per-cluster picks, refits every batch,
+    a rank-loss cost model and PPO episodes started from the best measured configs."""
+
+    name = "chameleon+"
+    options = {k: replace(o, default=PLUS_DEFAULTS[k]) if k in PLUS_DEFAULTS else o
+               for k, o in ChameleonTuner.options.items()}
