@@ -106,13 +106,13 @@ def tune_layer(layer: str, trials: int, tuner_name: str, seed: int):
     return task, summary, time.perf_counter() - t0
 
 
-def render(rows: list[dict], args: argparse.Namespace, started: str, load: str) -> str:
+def render(rows: list[dict], args: argparse.Namespace, started: str, load: str, load_end: str) -> str:
     cmd = (f"`TVM_NUM_THREADS={args.threads} .venv/bin/python -m bench.bench_cpu_vs_torch --trials {args.trials} "
            f"--layers {','.join(args.layers)} --threads {args.threads}`")
     lines = [
         SECTION, "",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores (AVX-512), shared with other jobs (load average {load} "
-        f"at the start). Command: {cmd}. Date: {started}. apache-tvm 0.27.0.post1, torch "
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores (AVX-512), shared with other jobs (1-min load average {load} "
+        f"at the start, {load_end} at the end). Command: {cmd}. Date: {started}. apache-tvm 0.27.0.post1, torch "
         f"{__import__('torch').__version__} (oneDNN). float32, batch 1, NCHW; {args.threads} thread(s) for both.",
         "",
         f"Search: `{args.tuner}` through the tuning core's `tune()` on the `local` board (LLVM builds in 2 worker "
@@ -121,7 +121,8 @@ def render(rows: list[dict], args: argparse.Namespace, started: str, load: str) 
         f"input, {args.rounds} alternating rounds of >= 200 ms each, medians. The kernel takes its weights in "
         "`IHWO` (transposed once, like a pre-packed constant); torch gets OIHW.",
         "",
-        "| layer | trials (valid) | tune wall | best config (tile_co, tile_oh, tile_ow, tile_ci, vec, acc_rows) | "
+        "| layer | trials (valid) | tune wall | best config (tile_co, tile_oh, tile_ow, tile_ci, vec, acc_rows, "
+        "pack_weight) | "
         "edgetune ms | torch ms | edgetune GFLOP/s | torch GFLOP/s | throughput vs torch | target |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -129,7 +130,8 @@ def render(rows: list[dict], args: argparse.Namespace, started: str, load: str) 
         c = r["config"]
         lines.append(
             f"| {r['layer']} | {r['trials']} ({r['valid']}) | {r['tune_s'] / 60:.1f} min | "
-            f"{c['tile_co']}, {c['tile_oh']}, {c['tile_ow']}, {c['tile_ci']}, {c['vec']}, {c['acc_rows']} | "
+            f"{c['tile_co']}, {c['tile_oh']}, {c['tile_ow']}, {c['tile_ci']}, {c['vec']}, {c['acc_rows']}, "
+            f"{c['pack_weight']} | "
             f"{r['tvm_s'] * 1e3:.3f} | {r['torch_s'] * 1e3:.3f} | {r['flops'] / r['tvm_s'] / 1e9:.1f} | "
             f"{r['flops'] / r['torch_s'] / 1e9:.1f} | {r['torch_s'] / r['tvm_s']:.2f}x | >= 0.8x |")
     return "\n".join(lines) + "\n"
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
     finally:
         stop()
-    text = render(rows, args, started, load)
+    text = render(rows, args, started, load, f"{os.getloadavg()[0]:.1f}")
     print(text)
     if not args.no_doc:
         write_section(text)

@@ -10,7 +10,7 @@ import tvm
 
 from toolkit.boards import load_profile
 from toolkit.templates import template_for
-from toolkit.templates.cpu import CPUConv2dTemplate, conv2d_nchw_reference
+from toolkit.templates.cpu import PACK_WEIGHT, CPUConv2dTemplate, conv2d_nchw_reference
 from toolkit.templates.tir_features import FEATURE_NAMES
 from toolkit.workloads import parse_workload
 
@@ -27,7 +27,8 @@ def test_space_of_resnet_layers_is_large(layer):
     space = CPUConv2dTemplate(parse_workload(layer), LOCAL).space()
     assert space.size >= 10_000
     assert space.knob_names == ["tile_co", "tile_oh", "tile_ow", "tile_ci", "reorder", "acc_rows", "vec",
-                                "unroll_tile", "auto_unroll_max_step", "parallel"]
+                                "unroll_tile", "auto_unroll_max_step", "parallel", "pack_weight"]
+    assert space.get(0).values["pack_weight"] == "none"   # appended last: earlier indices keep their meaning
 
 
 def test_template_for_a_cpu_board_is_this_template():
@@ -71,13 +72,44 @@ def test_random_configs_build_and_match_numpy(wl, tmp_path):
         np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3, err_msg=str(config.values))
 
 
+@pytest.mark.parametrize("pack", [p for p in PACK_WEIGHT if p != "none"])
+def test_weight_packing_configs_build_and_match_numpy(pack, tmp_path):
+    """Each packing, with a fused parallel loop (the slice's region depends on a floordiv) and both vec axes."""
+    wl = SMALL[0]
+    t = CPUConv2dTemplate(wl, LOCAL)
+    inputs = t.make_inputs(np.random.default_rng(11))
+    ref = t.reference(inputs)
+    for extra in ({"parallel": "co.oh", "vec": "co", "tile_co": [2, 16]}, {"parallel": "co", "vec": "ow", "tile_co": [4, 8]}):
+        values = {"tile_oh": [7, 2], "tile_ow": [2, 7], "tile_ci": [2, 8], "reorder": "ci.ci.kh.kw", "acc_rows": 1,
+                  "unroll_tile": 1, "auto_unroll_max_step": 0, "pack_weight": pack, **extra}
+        config = t.space().get(t.space().index_of(values))
+        got = _run_library(t.build(config).payload, tmp_path / f"k{config.index}.so", inputs, t.output_shape())
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3, err_msg=str(values))
+
+
+def test_weight_packing_allocates_the_blocked_weights():
+    from toolkit.templates import tir_features
+
+    t = CPUConv2dTemplate(parse_workload("resnet18.C8"), LOCAL)
+    base = {"tile_co": [8, 32], "tile_oh": [14, 1], "tile_ow": [2, 7], "tile_ci": [256, 1], "reorder": "ci.ci.kh.kw",
+            "acc_rows": 1, "vec": "co", "unroll_tile": 1, "auto_unroll_max_step": 0, "parallel": "co"}
+    staged = {}
+    for pack in PACK_WEIGHT:
+        mod = t.schedule(t.space().get(t.space().index_of({**base, "pack_weight": pack})))
+        staged[pack] = tir_features.extract(tir_features.lower(mod, t.target()))["alloc_bytes_global"] - 256 * 16 * 16 * 4
+    assert staged == {"none": 0,                              # only the padded input
+                      "root": 256 * 256 * 9 * 4,              # the whole tensor, [8, 256, 3, 3, 32]
+                      "block": 256 * 9 * 32 * 4}              # one channel block's slice, per parallel task
+
+
 def test_features_follow_the_config():
     wl = parse_workload("resnet18.C5")
     t = CPUConv2dTemplate(wl, LOCAL)
     space = t.space()
     config = space.get(space.index_of({
         "tile_co": [8, 16], "tile_oh": [28, 1], "tile_ow": [2, 14], "tile_ci": [16, 8], "reorder": "ci.ci.kh.kw",
-        "acc_rows": 1, "vec": "co", "unroll_tile": 1, "auto_unroll_max_step": 64, "parallel": "co.oh"}))
+        "acc_rows": 1, "vec": "co", "unroll_tile": 1, "auto_unroll_max_step": 64, "parallel": "co.oh",
+        "pack_weight": "none"}))
     from toolkit.templates import tir_features
 
     f = tir_features.extract(tir_features.lower(t.schedule(config), t.target()))

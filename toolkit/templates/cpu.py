@@ -13,7 +13,9 @@ activations). Each config picks:
 * ``vec``: vectorise over the channel block (``co``) or the output columns (``ow``),
 * ``unroll_tile``: fully unroll the register tile,
 * ``auto_unroll_max_step``: TVM's automatic unrolling of short loops,
-* ``parallel``: which outer loops are fused and run in parallel.
+* ``parallel``: which outer loops are fused and run in parallel,
+* ``pack_weight``: repack the weights so a channel block's slice is contiguous (``none``,
+  ``root``: the whole tensor once per call, ``block``: each parallel task its own slice).
 
 The accumulator tile lives in a ``local`` buffer laid out vector-innermost, so LLVM keeps it
 in vector registers across the reduction.
@@ -45,6 +47,9 @@ REORDERS = ("ci.ci.kh.kw", "ci.kh.kw.ci", "kh.kw.ci.ci", "ci.kh.ci.kw")
 
 PARALLEL = ("co", "co.oh", "co.oh.ow")
 """Outer loops fused into the parallel loop."""
+
+PACK_WEIGHT = ("none", "root", "block")
+"""Where the weights are repacked to ``[CO/block, CI, KH, KW, block]`` (``block`` = ``tile_co[1]``)."""
 
 
 def conv2d_nchw_reference(data: np.ndarray, weight_oihw: np.ndarray, wl: Conv2dWorkload) -> np.ndarray:
@@ -186,6 +191,21 @@ class ConvTemplateBase(Template):
     def verify(self, lowered: Any) -> None:
         """Check the lowered module against the board's limits (GPU templates)."""
 
+    def features(self, config: Config) -> dict[str, float]:
+        """The features :meth:`build` records (scheduled, lowered, verified), without ``tvm.compile``."""
+        from toolkit.templates import tir_features
+
+        self.check(config)
+        try:
+            mod = self.schedule(config)
+        except BuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
+            raise BuildError(f"scheduling failed: {_first_line(exc)}") from None
+        lowered = tir_features.lower(mod, self.target())
+        self.verify(lowered)
+        return tir_features.extract(lowered)
+
 
 def _first_line(exc: BaseException) -> str:
     """The most telling line of a TVM or compiler error."""
@@ -214,6 +234,7 @@ class CPUConv2dTemplate(ConvTemplateBase):
             CategoricalKnob("unroll_tile", [1, 0]),
             CategoricalKnob("auto_unroll_max_step", [0, 16, 64, 512]),
             CategoricalKnob("parallel", list(PARALLEL)),
+            CategoricalKnob("pack_weight", list(PACK_WEIGHT)),
         ]
 
     def schedule(self, config: Config) -> Any:
@@ -246,6 +267,7 @@ class CPUConv2dTemplate(ConvTemplateBase):
         outer = {"co": [n, co_o], "co.oh": [n, co_o, oh_o], "co.oh.ow": [n, co_o, oh_o, ow_o]}[c["parallel"]]
         fused = sch.fuse(*outer)
         sch.parallel(fused)
+        _pack_weight(sch, conv, c["pack_weight"], c["tile_co"][1], fused)
         if c["auto_unroll_max_step"]:
             sch.annotate(fused, "pragma_auto_unroll_max_step", c["auto_unroll_max_step"])
             sch.annotate(fused, "pragma_unroll_explicit", 1)
@@ -264,6 +286,30 @@ class CPUConv2dTemplate(ConvTemplateBase):
             sch.parallel(sch.fuse(*loops[:2]))
             _vectorize(sch, loops[-1])
         return sch.mod
+
+
+def _pack_weight(sch: Any, conv: Any, where: str, block: int, task: Any) -> None:
+    """Stage the ``IHWO`` weights so that one channel block's slice is contiguous.
+
+    In ``IHWO`` the ``block`` output channels of one ``(ci, kh, kw)`` are one vector, but
+    consecutive vectors of a block lie ``CO`` floats apart: a block's slice spans the whole
+    tensor (one TLB page per four vectors when ``CO = 256``). ``root`` copies the tensor to
+    ``[CO/block, CI, KH, KW, block]`` before the convolution (its own parallel loop);
+    ``block`` copies the slice ``[CI, KH, KW, block]`` at the start of each parallel task
+    (``task``, the fused parallel loop), where it stays in cache for the task's tiles.
+    """
+    if where == "none":
+        return
+    cache = sch.cache_read(conv, 1, "global")
+    if where == "root":
+        sch.transform_layout(conv, ("read", 1), lambda ci, y, x, co: (co // block, ci, y, x, co % block))
+        *outer, co = sch.get_loops(cache)
+        co_o, co_v = sch.split(co, [None, block])
+        sch.reorder(co_o, *outer, co_v)
+        sch.parallel(co_o)
+    else:
+        sch.compute_at(cache, task)
+    _vectorize(sch, sch.get_loops(cache)[-1])
 
 
 def _vectorize(sch: Any, loop: Any) -> None:
