@@ -1,7 +1,9 @@
 """ML2Tuner benchmarks: ``ml2tuner`` and ``chameleon-ml2`` next to ``xgb`` (and ``chameleon``) on vta-fsim.
 
 ``.venv/bin/python -m bench.bench_ml2tuner`` (options: ``--settings``, ``--layers``, ``--seeds``,
-``--trials``, ``--tuners``, ``--caches-only``, ``--no-doc``).
+``--trials``, ``--tuners``, ``--rerun``, ``--rmse``, ``--caches-only``, ``--report-only``, ``--no-doc``).
+Results merge into ``bench/out/ml2tuner/<setting>.json`` per (layer, tuner, seed), so the plan can be
+run in parts (one tuner or setting at a time) and the report written from whatever has run.
 
 Settings: the simulator with the ``pynq`` preset and with the ``zcu102`` preset (ML2Tuner's enlarged
 buffers), each with the template's TVM-compatible validity mode (``tvm_compat=True``: only the
@@ -18,7 +20,7 @@ edgetune's own space (``own``).
    needs to reach ``xgb``'s best at the full budget (same seed); ModelA's RMSE / ModelP's RMSE on
    held-out records (regression models trained on random valid configs, tested on the rest).
 
-Writes the section "## ML2Tuner" of ``docs/benchmarks.md`` and ``bench/out/ml2tuner/results.json``.
+Writes the section "## ML2Tuner" of ``docs/benchmarks.md`` from the saved results.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import platform
 import re
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -37,10 +42,11 @@ import numpy as np
 
 from toolkit import console
 from toolkit.boards import Board, resolve_board
+from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
 from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.loop import tune
 from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
+from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder, current_compile_features
 from toolkit.tuning.runner import MeasureOptions
 from toolkit.tuning.space import Config
 from toolkit.tuning.task import Task
@@ -110,13 +116,15 @@ class CompileReplayBuilder(ReplayBuilder):
 
 # -- tuning runs ------------------------------------------------------------------------------------
 def run_one(task: Task, cache: MeasurementCache, tuner_name: str, seed: int, trials: int) -> dict:
+    """One replayed tuning run: best-so-far history, invalid trials, wall and CPU seconds, tuner stats."""
     tuner = make_tuner(tuner_name, seed=seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     s = tune(task, tuner, min(trials, task.space.size), builder=CompileReplayBuilder(cache),
              runner=CachedRunner(cache))
     hist = [h if h is not None else float("inf") for h in s.history]
     return {"history": hist, "invalid": s.invalid, "trials": s.trials, "wall_s": time.perf_counter() - t0,
-            "stats": {k: float(v) for k, v in tuner.stats().items()}}
+            "cpu_s": time.process_time() - c0, "stats": {k: float(v) for k, v in tuner.stats().items()},
+            "params": {k: v for k, v in tuner.params.items() if isinstance(v, (int, float, str, bool))}}
 
 
 def trials_to_reach(history: Sequence[float], target: float) -> int | None:
@@ -128,49 +136,77 @@ def trials_to_reach(history: Sequence[float], target: float) -> int | None:
 
 
 # -- ModelA vs ModelP on held-out records --------------------------------------------------------------
-def rmse_ratio(task: Task, cache: MeasurementCache, seed: int, n_train: int = 200) -> tuple[float, float]:
-    """(RMSE of ModelP, RMSE of ModelA) on held-out valid records, both XGBoost regressions of
-    throughput / max throughput; ModelP sees knob features, ModelA knob + compile features."""
+def rmse_figures(task: Task, cache: MeasurementCache, seed: int, n_train: int = 200) -> dict[str, float]:
+    """RMSE of normalised throughput on held-out valid records, one random split per ``seed``.
+
+    ``min(n_train, half)`` of the valid configs train, the rest are held out. Models: ``P`` the
+    tuner's ModelP recipe (:class:`XGBCostModel`, ``loss="reg"``) on knob features; ``A`` ModelA
+    (:class:`AdvancedCostModel`) on knob + compile features; ``P_recipe`` ModelA's recipe on knob
+    features only (control: same boosting, no compile features); ``A_trees`` ModelA without its
+    time model (control: compile features as plain tree inputs, the earlier ModelA).
+    """
     valid = [r for r in cache.by_index.values() if r.valid]
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(valid))
+    order = np.random.default_rng(seed).permutation(len(valid))
     n_train = min(n_train, len(valid) // 2)
     tr, te = [valid[i] for i in order[:n_train]], [valid[i] for i in order[n_train:]]
-    keys = sorted(compile_only(valid[0].features))
+    feats = {r.index: current_compile_features(task.template, compile_only(r.features)) for r in valid}
+    keys = sorted(feats[valid[0].index])
     y_max = max(task.flops / r.seconds for r in valid)
+    n_knob = task.space.features([valid[0].index]).shape[1]
 
     def xy(recs):
         kf = task.space.features([r.index for r in recs])
-        hf = np.array([[r.features.get(k, np.nan) for k in keys] for r in recs])
-        y = np.array([task.flops / r.seconds for r in recs]) / y_max
-        return kf, np.hstack([kf, hf]), y
+        hf = np.array([[feats[r.index].get(k, np.nan) for k in keys] for r in recs])
+        return kf, np.hstack([kf, hf]), np.array([task.flops / r.seconds for r in recs]) / y_max
 
     kp_tr, ka_tr, y_tr = xy(tr)
     kp_te, ka_te, y_te = xy(te)
-    out = []
-    for X_tr, X_te in ((kp_tr, kp_te), (ka_tr, ka_te)):
-        m = XGBCostModel(loss="reg", seed=seed).fit(X_tr, y_tr)
-        pred = m.predict(X_te) * m.y_max_
-        out.append(float(np.sqrt(np.mean((pred - y_te) ** 2))))
-    return out[0], out[1]
+    models = {
+        "P": (XGBCostModel(loss="reg", seed=seed), kp_tr, kp_te),
+        "P_recipe": (AdvancedCostModel(seed=seed), kp_tr, kp_te),
+        "A": (AdvancedCostModel(**time_columns(keys, n_knob), seed=seed), ka_tr, ka_te),
+        "A_trees": (AdvancedCostModel(seed=seed), ka_tr, ka_te),
+    }
+    out = {}
+    for name, (m, X_tr, X_te) in models.items():
+        m.fit(X_tr, y_tr)
+        out[name] = float(np.sqrt(np.mean((m.predict(X_te) * m.y_max_ - y_te) ** 2)))
+    out["n_train"], out["n_test"] = float(len(tr)), float(len(te))
+    return out
 
 
 # -- report ---------------------------------------------------------------------------------------------
-def summarise(results: dict, trials: int) -> dict:
-    """Per setting and tuner: mean invalid trials, reduction vs xgb, trials to reach xgb's best."""
+def run_pairs(layers: dict, names: Sequence[str]) -> set[tuple[str, str]]:
+    """The (layer, seed) pairs on which every tuner of ``names`` ran."""
+    return {(x, k) for x, lr in layers.items()
+            if all(n in lr["runs"] for n in names) for k in lr["runs"][names[0]]
+            if all(k in lr["runs"][n] for n in names)}
+
+
+def summarise(results: dict, pairs: dict[str, set] | None = None) -> dict:
+    """Per setting and tuner, over its runs paired with ``xgb``'s (same layer and seed; restricted to
+    ``pairs[setting]`` when given): mean invalid trials, reduction vs xgb, trials to reach xgb's best
+    (over the budget and over xgb's own), runs that never reached it, CPU seconds per run."""
     table: dict[str, dict] = {}
     for setting, layers in results.items():
         rows: dict[str, dict] = {}
-        for name in next(iter(layers.values()))["runs"]:
-            inv_red, reach_budget, reach_xgb, missed, inv = [], [], [], 0, []
-            for layer, r in layers.items():
-                xs, ts = r["runs"]["xgb"], r["runs"][name]
-                inv_x = np.mean([x["invalid"] for x in xs])
-                inv_t = np.mean([t["invalid"] for t in ts])
+        for name in TUNERS:
+            inv_red, reach_budget, reach_xgb, missed, inv, cpu = [], [], [], 0, [], []
+            for layer, lr in layers.items():
+                if name not in lr["runs"] or "xgb" not in lr["runs"]:
+                    continue
+                xs, ts = lr["runs"]["xgb"], lr["runs"][name]
+                seeds = [k for k in ts if k in xs and (pairs is None or (layer, k) in pairs[setting])]
+                if not seeds:
+                    continue
+                inv_x = np.mean([xs[k]["invalid"] for k in seeds])
+                inv_t = np.mean([ts[k]["invalid"] for k in seeds])
                 inv.append(inv_t)
+                cpu += [ts[k].get("cpu_s", ts[k]["wall_s"]) for k in seeds]
                 if inv_x > 0:
                     inv_red.append(1 - inv_t / inv_x)
-                for x, t in zip(xs, ts):
+                for k in seeds:
+                    x, t = xs[k], ts[k]
                     target = min(x["history"])
                     n_t = trials_to_reach(t["history"], target)
                     n_x = trials_to_reach(x["history"], target)
@@ -179,14 +215,27 @@ def summarise(results: dict, trials: int) -> dict:
                         n_t = len(x["history"])
                     reach_budget.append(n_t / len(x["history"]))
                     reach_xgb.append(n_t / n_x)
+            if not reach_budget:
+                continue
             rows[name] = {"invalid": float(np.mean(inv)), "invalid_reduction": float(np.mean(inv_red)),
                           "reach_over_budget": float(np.mean(reach_budget)),
                           "reach_over_budget_median": float(np.median(reach_budget)),
                           "reach_over_xgb": float(np.mean(reach_xgb)),
                           "reach_over_xgb_median": float(np.median(reach_xgb)), "missed": missed,
-                          "runs": len(reach_budget)}
+                          "runs": len(reach_budget), "cpu_s": float(np.mean(cpu))}
         table[setting] = rows
     return table
+
+
+def rmse_summary(layers: dict) -> dict[str, float]:
+    """Mean RMSE per model over layers and seeds, and the mean of per-run A/P ratios."""
+    runs = [f for lr in layers.values() for f in lr.get("rmse", {}).values()]
+    if not runs:
+        return {}
+    out = {k: float(np.mean([f[k] for f in runs])) for k in ("P", "P_recipe", "A", "A_trees")}
+    out["ratio_runs"] = float(np.mean([f["A"] / f["P"] for f in runs]))
+    out["runs"] = float(len(runs))
+    return out
 
 
 def write_section(text: str) -> None:
@@ -200,122 +249,249 @@ def write_section(text: str) -> None:
     DOC.write_text(doc)
 
 
+def _coverage(layers: dict) -> dict[str, tuple[list[str], int]]:
+    """Per tuner: the layers it ran on and its smallest number of seeds over them."""
+    out: dict[str, tuple[list[str], int]] = {}
+    for name in TUNERS:
+        ran = [x for x in LAYERS if x in layers and name in layers[x]["runs"]]
+        if ran:
+            out[name] = (ran, min(len(layers[x]["runs"][name]) for x in ran))
+    return out
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
 def section(saved: dict, table: dict) -> str:
     cpu = platform.processor() or platform.machine()
-    results = {s: v["layers"] for s, v in saved.items()}
-    lines = [SECTION, "", f"Machine: {platform.node()} ({cpu}, 2 cores, shared with other jobs), Python "
-             f"{platform.python_version()}. Commands and dates:", ""]
+    lines = [SECTION, "", f"Machine: {platform.node()} ({cpu}, 2 cores shared with other jobs, runs under "
+             f"`nice -n 10`; load average 10-13 during the runs, so wall time was up to ~10x the CPU time "
+             f"listed), Python {platform.python_version()}. Commands (in order; several ran in parallel on "
+             f"different settings/layers, merging into one results file per setting) and dates:", ""]
     for s, v in saved.items():
-        lines.append(f"- `.venv/bin/python -m bench.bench_ml2tuner --settings {s} --layers "
-                     f"{','.join(v['layer_names'])} --seeds {v['seeds']} --trials {v['trials']} --tuners "
-                     f"{','.join(v['tuners'])}` ({v['date']})")
-    missing = sorted({x for v in saved.values() for x in LAYERS if x not in v["layer_names"]},
-                     key=LAYERS.index)
-    lines += [
-        "", "Report: `.venv/bin/python -m bench.bench_ml2tuner --report-only`.", "",
-        f"**Reduced scope:** layers {', '.join(missing) or 'none'} were not run in every setting, and "
-        f"seeds are as listed: the exhaustive simulator caches and the 3-4 tuners x seeds did not fit "
-        f"the time on a shared 2-core machine. The smallest spaces were kept (cheapest to cache).", "",
-        "Replayed measurements: every space was measured once exhaustively on vta-fsim (timing model) and "
-        "the runs replay those records (`toolkit.tuning.replay`); compile-time features and build errors "
-        "are replayed too (what `compile_features` would return). `tvm` = template option "
-        "`tvm_compat=True` (only schedules TVM v0.18 can build and run are valid), `own` = edgetune's "
-        "own lowering. Trials = configs sent to build+measure; ml2tuner's feature compilations are "
-        "not trials (their count is listed). On edgetune's VTA compiler invalid configs fail at compile "
-        "time, so the feature compilations screen them all before any trial; when a space has fewer "
-        "valid configs than the budget, ml2tuner stops early (exhausted) after measuring all of them. "
-        "\"Trials to reach xgb's best\": first trial at which a tuner's best latency is <= the best `xgb` "
-        "found in the full budget with the same seed, divided by the budget (paper: 12.3%) and by the "
-        "trial at which `xgb` itself first got there.", "",
-        "| setting | valid share | tuner | invalid trials (mean/run) | fewer invalid than xgb | "
-        "trials to reach xgb's best / budget (mean, median) | / xgb's own trials (mean, median) | "
-        "never reached | compiles for features (mean/run) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        for c in v["commands"]:
+            lines.append(f"- `{c['cmd']}` ({c['date']})")
+    lines += ["", "Report: `.venv/bin/python -m bench.bench_ml2tuner --report-only`.", "",
+              "### What ran", "", "| setting | valid share | tuner | layers | seeds | CPU s / run (mean) |",
+              "|---|---|---|---|---|---|"]
+    cut = []
+    for s, v in saved.items():
+        n_valid = sum(lr["n_valid"] for lr in v["layers"].values())
+        n_all = sum(lr["size"] for lr in v["layers"].values())
+        for name, (ran, seeds) in _coverage(v["layers"]).items():
+            c = table[s].get(name, {}).get("cpu_s", float("nan"))
+            by_n: dict[int, list[str]] = {}
+            for x in ran:
+                by_n.setdefault(len(v["layers"][x]["runs"][name]), []).append(x)
+            seed_txt = "; ".join(f"{k} on {'all' if len(xs) == len(ran) else ','.join(xs)}"
+                                 for k, xs in sorted(by_n.items(), reverse=True))
+            lines.append(f"| {s} | {n_valid / max(n_all, 1):.1%} | `{name}` | "
+                         f"{'C2-C11' if ran == LAYERS else ','.join(ran)} | {seed_txt} | {c:.1f} |")
+            if ran != LAYERS or seeds < 5:
+                few = [x for x in ran if len(v["layers"][x]["runs"][name]) < 5]
+                parts = ([] if ran == LAYERS else [f"layers {','.join(ran)} only"]) + \
+                        ([] if not few else [f"fewer than 5 seeds on {','.join(few)} (see the table)"])
+                cut.append(f"{s} `{name}`: " + ", ".join(parts))
+        missing = [n for n in TUNERS if n not in _coverage(v["layers"])]
+        if missing:
+            cut.append(f"{s}: " + ", ".join(f"`{n}`" for n in missing) + " not run")
+    missing_settings = [s for s in SETTINGS if s not in saved]
+    cut += [f"{s}: not run" for s in missing_settings]
+    lines += ["", "**Cut from the plan (4 settings x C2-C11 x 5 seeds x 4 tuners x 400 trials):** "
+              + ("; ".join(cut) if cut else "nothing") + ".", "",
+              "Replayed measurements: every space was measured once exhaustively on vta-fsim (timing model) and "
+              "the runs replay those records (`toolkit.tuning.replay`); compile-time features and build errors "
+              "are replayed too (what `compile_features` returns: the recorded compile features, simulator "
+              "counters stripped, completed with the `time.*` terms the compiler derives from them). `tvm` = "
+              "template option `tvm_compat=True` (only schedules TVM v0.18 can build and run are valid), `own` "
+              "= edgetune's own lowering. Trials = configs sent to build+measure; ml2tuner's feature "
+              "compilations are not trials (their count is listed). On edgetune's VTA compiler invalid configs "
+              "fail at compile time, so the feature compilations screen them all before any trial; when a "
+              "space has fewer valid configs than the budget, ml2tuner stops early (exhausted) after measuring "
+              "all of them. \"Trials to reach xgb's best\": first trial at which a tuner's best latency is <= "
+              "the best `xgb` found in the full budget with the same seed, divided by the budget (paper: "
+              "12.3%) and by the trial at which `xgb` itself first got there.", "",
+              "### Tuning runs", "",
+              "| setting | tuner | invalid trials (mean/run) | fewer invalid than xgb | trials to reach xgb's best "
+              "/ budget (mean, median) | / xgb's own trials (mean, median) | never reached | compiles for "
+              "features (mean/run) |", "|---|---|---|---|---|---|---|---|"]
+    lines[-2] = lines[-2].replace("| never reached |", "| never reached (runs) |")
     for setting, rows in table.items():
+        layers = saved[setting]["layers"]
         for name, r in rows.items():
-            comp = np.mean([np.mean([run["stats"].get("compiled", 0.0) for run in lr["runs"][name]])
-                            for lr in results[setting].values()])
+            comp = np.mean([np.mean([run["stats"].get("compiled", 0.0) for run in lr["runs"][name].values()])
+                            for lr in layers.values() if name in lr["runs"]])
             red = "-" if name == "xgb" else f"{r['invalid_reduction']:.1%}"
             lines.append(
-                f"| {setting} | {saved[setting]['valid_share']:.1%} | `{name}` | {r['invalid']:.1f} | {red} | "
+                f"| {setting} | `{name}` | {r['invalid']:.1f} | {red} | "
                 f"{r['reach_over_budget']:.1%}, {r['reach_over_budget_median']:.1%} | "
                 f"{r['reach_over_xgb']:.1%}, {r['reach_over_xgb_median']:.1%} | {r['missed']}/{r['runs']} | "
                 f"{comp:.0f} |")
-    lines += ["", "ModelA (knob + compile features) vs ModelP (knob features): RMSE of normalised throughput "
-              "on held-out valid records (XGBoost regression, min(200, half) of a layer's valid configs at "
-              "random for training, the rest held out; one split per seed; mean over layers and seeds).", "",
-              "| setting | RMSE ModelP | RMSE ModelA | ratio of means A/P | mean of per-run ratios |",
-              "|---|---|---|---|---|"]
+    lines += ["", "### ModelA vs ModelP", "",
+              "RMSE of normalised throughput on held-out valid records: per layer and seed, min(200, half) of "
+              "the layer's valid configs at random train, the rest are held out; mean over layers and seeds. "
+              "ModelP = the tuner's cost model (`XGBCostModel`, AutoTVM recipe, `loss=reg`) on knob features. "
+              "ModelA = `AdvancedCostModel` on knob + compile features: a non-negative least-squares time "
+              "model on the compiler's additive `time.*` terms (bus beats per memory type and for instruction "
+              "fetch, DMA rows, padding writes, instructions, GEMM+ALU cycles; separate weights without / "
+              "with virtual threads), whose residual XGBoost learns (AutoTVM's booster parameters; early "
+              "stopping on a held-out fifth). Controls: ModelA's recipe on knob features only (`P, A's "
+              "recipe`) and ModelA without its time model (`A, trees only`, the compile features as plain "
+              "tree inputs: the earlier ModelA).", "",
+              "| setting | runs | RMSE ModelP | RMSE P, A's recipe | RMSE A, trees only | RMSE ModelA | "
+              "ratio of means A/P (target <= 0.9) | mean of per-run ratios |", "|---|---|---|---|---|---|---|---|"]
     for setting, v in saved.items():
-        if not v["rmse"]:
+        r = rmse_summary(v["layers"])
+        if r:
+            lines.append(f"| {setting} | {r['runs']:.0f} | {r['P']:.4f} | {r['P_recipe']:.4f} | {r['A_trees']:.4f} "
+                         f"| {r['A']:.4f} | **{r['A'] / r['P']:.3f}** | {r['ratio_runs']:.3f} |")
+    lines += ["", "Per layer, A/P (ratio of mean RMSEs over seeds):", "",
+              "| setting | " + " | ".join(LAYERS) + " |", "|---|" + "---|" * len(LAYERS)]
+    for setting, v in saved.items():
+        cells = []
+        for x in LAYERS:
+            fs = list(v["layers"].get(x, {}).get("rmse", {}).values())
+            cells.append(f"{np.mean([f['A'] for f in fs]) / np.mean([f['P'] for f in fs]):.2f}" if fs else "-")
+        lines.append(f"| {setting} | " + " | ".join(cells) + " |")
+    lines += ["", "### Targets", "", "| setting | tuner | invalid trials >= 75% fewer than xgb | trials to reach "
+              "xgb's best <= 12% of the budget (mean) | ModelA/ModelP RMSE <= 0.9 |", "|---|---|---|---|---|"]
+    for setting, rows in table.items():
+        r = rmse_summary(saved[setting]["layers"])
+        ratio = r["A"] / r["P"] if r else float("nan")
+        for name in ("ml2tuner", "chameleon-ml2"):
+            if name in rows:
+                t = rows[name]
+                lines.append(f"| {setting} | `{name}` | {t['invalid_reduction']:.1%} "
+                             f"{_verdict(t['invalid_reduction'] >= 0.75)} | {t['reach_over_budget']:.1%} "
+                             f"{_verdict(t['reach_over_budget'] <= 0.12)} | {ratio:.3f} {_verdict(ratio <= 0.9)} |")
+    trio = ("chameleon-ml2", "ml2tuner", "chameleon", "xgb")
+    common = {s: run_pairs(saved[s]["layers"], trio) for s in table}
+    common_table = summarise({s: saved[s]["layers"] for s in table}, common)
+    lines += ["", "`chameleon-ml2` against its parents, on the (layer, seed) runs all three (and `xgb`) share (trials "
+              "to reach xgb's best / budget, mean; invalid trials per run):", "",
+              "| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | beats both |", "|---|---|---|---|---|---|"]
+    for setting in table:
+        rows = common_table[setting]
+        if not common[setting]:
+            if "chameleon-ml2" in table[setting]:
+                lines.append(f"| {setting} | 0 | - | - | - | not comparable (a parent was not run) |")
             continue
-        p, a = v["rmse"]
-        lines.append(f"| {setting} | {p:.4f} | {a:.4f} | **{a / p:.3f}** | {v.get('rmse_ratio', float('nan')):.3f} |")
-    lines.append("")
+        c, parents = rows["chameleon-ml2"], [rows[n] for n in ("ml2tuner", "chameleon") if n in rows]
+        cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv" if n in rows else "not run"
+                 for n in ("chameleon-ml2", "ml2tuner", "chameleon")]
+        if len(parents) < 2:
+            verdict = "not comparable (a parent was not run)"
+        else:
+            faster = all(c["reach_over_budget"] < p["reach_over_budget"] for p in parents)
+            cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
+            verdict = ("yes" if faster and cleaner else "no") + f" (faster: {faster}, fewer/equal invalid: {cleaner})"
+        lines.append(f"| {setting} | {len(common[setting])} | " + " | ".join(cells) + f" | {verdict} |")
+    lines += ["", ""]
     return "\n".join(lines)
 
 
-def run_setting(setting: str, args) -> dict:
-    """Caches, runs and RMSE figures of one setting; saved to ``bench/out/ml2tuner/<setting>.json``
-    after every layer (so an interrupted run keeps its finished layers)."""
-    out = {"setting": setting, "layers": {}, "valid_share": 0.0, "rmse": None, "seeds": args.seeds,
-           "trials": args.trials, "tuners": args.tuners, "layer_names": [], "date": dt.date.today().isoformat()}
-    pr, n_valid, n_all = [], 0, 0
+def results_path(setting: str) -> Path:
+    return OUT / "ml2tuner" / f"{setting}.json"
+
+
+def load_saved(setting: str) -> dict | None:
+    """The saved results of ``setting`` in the current format (None when absent or of an older format)."""
+    path = results_path(setting)
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved if "commands" in saved else None
+
+
+def _save(setting: str, trials: int, command: str, layer: str, meta: dict, runs: dict, rmse: dict) -> dict:
+    """Merge one layer's new runs / RMSE figures into the setting's results file, under a lock (several
+    bench processes may work on one setting, e.g. on different tuners or layers); returns the merged file."""
+    path = results_path(setting)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = load_saved(setting) or {"setting": setting, "layers": {}, "commands": [], "trials": trials}
+        if command not in [c["cmd"] for c in out["commands"]]:
+            out["commands"].append({"cmd": command,
+                                    "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+        lr = out["layers"].setdefault(layer, {"runs": {}, "rmse": {}})
+        lr.update(meta)
+        for name, by_seed in runs.items():
+            lr["runs"].setdefault(name, {}).update(by_seed)
+        lr["rmse"].update(rmse)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out, default=float))
+        tmp.replace(path)
+    return out
+
+
+def run_setting(setting: str, args, command: str) -> None:
+    """Caches, runs and RMSE figures of one setting, merged into ``bench/out/ml2tuner/<setting>.json``
+    after every run (an interrupted bench keeps what finished). Runs already saved are kept unless
+    ``--rerun`` names their tuner; RMSE figures are recomputed with ``--rmse``."""
+    saved = load_saved(setting)
+    if saved is not None and saved["trials"] != args.trials:
+        raise SystemExit(f"{results_path(setting)} holds {saved['trials']}-trial runs; move it away to run "
+                         f"{args.trials} trials")
     for layer in args.layers:
         task, cache = build_cache(setting, layer)
-        n_valid += sum(r.valid for r in cache.by_index.values())
-        n_all += len(cache)
-        out["valid_share"] = n_valid / max(n_all, 1)
         if args.caches_only:
             continue
-        runs = {name: [run_one(task, cache, name, seed, args.trials) for seed in range(args.seeds)]
-                for name in args.tuners}
-        pr += [rmse_ratio(task, cache, seed) for seed in range(args.seeds)]
-        out["layers"][layer] = {"runs": runs, "optimum": cache.best().seconds, "size": task.space.size}
-        out["layer_names"].append(layer)
-        out["rmse"] = [float(np.mean([p for p, _ in pr])), float(np.mean([a for _, a in pr]))]
-        out["rmse_ratio"] = float(np.mean([a / p for p, a in pr]))
-        (OUT / "ml2tuner").mkdir(parents=True, exist_ok=True)
-        (OUT / "ml2tuner" / f"{setting}.json").write_text(json.dumps(out, default=float))
+        done = ((load_saved(setting) or {}).get("layers", {}).get(layer, {}))
+        meta = {"optimum": cache.best().seconds, "size": task.space.size,
+                "n_valid": sum(r.valid for r in cache.by_index.values())}
+        for seed in range(args.seeds):
+            if str(seed) not in done.get("rmse", {}) or args.rmse:
+                _save(setting, args.trials, command, layer, meta, {}, {str(seed): rmse_figures(task, cache, seed)})
+        for name in args.tuners:
+            for seed in range(args.seeds):
+                if str(seed) not in done.get("runs", {}).get(name, {}) or name in args.rerun:
+                    _save(setting, args.trials, command, layer, meta,
+                                {name: {str(seed): run_one(task, cache, name, seed, args.trials)}}, {})
+        lr = (load_saved(setting) or {}).get("layers", {}).get(layer, {})
         console.info(f"{setting} {layer}: " + "; ".join(
-            f"{n} inv {np.mean([r['invalid'] for r in rs]):.0f} best "
-            f"{np.median([min(r['history']) for r in rs]) / cache.best().seconds:.3f} "
-            f"{np.mean([r['wall_s'] for r in rs]):.1f}s" for n, rs in runs.items()))
-    return out
+            f"{n} inv {np.mean([r['invalid'] for r in lr['runs'][n].values()]):.0f} best "
+            f"{np.median([min(r['history']) for r in lr['runs'][n].values()]) / cache.best().seconds:.3f} "
+            f"{np.mean([r['cpu_s'] for r in lr['runs'][n].values()]):.1f} CPU s"
+            for n in args.tuners if n in lr.get("runs", {})))
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_ml2tuner", description=__doc__.splitlines()[0])
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {SETTINGS}")
     ap.add_argument("--layers", default=",".join(LAYERS), help="comma-separated ResNet-18 layers (C2..C11)")
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (runs already saved are kept)")
     ap.add_argument("--trials", type=int, default=400)
-    ap.add_argument("--tuners", default=",".join(TUNERS), help="comma-separated; xgb must be among them")
+    ap.add_argument("--tuners", default=",".join(TUNERS), help="comma-separated, from " + ",".join(TUNERS))
+    ap.add_argument("--rerun", default="", help="comma-separated tuners whose saved runs are replaced")
+    ap.add_argument("--rmse", action="store_true", help="recompute the saved ModelA/ModelP RMSE figures")
     ap.add_argument("--caches-only", action="store_true", help="only build the exhaustive caches")
     ap.add_argument("--report-only", action="store_true",
                     help="only write the doc section from the saved per-setting results")
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
-    args = ap.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(raw)
     args.layers = [x.strip() for x in args.layers.split(",") if x.strip()]
     args.tuners = [x.strip() for x in args.tuners.split(",") if x.strip()]
+    args.rerun = {x.strip() for x in args.rerun.split(",") if x.strip()}
     settings = [x.strip() for x in args.settings.split(",") if x.strip()]
+    unknown = [x for x in args.tuners if x not in TUNERS] + [x for x in settings if x not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"unknown tuner(s)/setting(s) {unknown}; choose from {TUNERS} and {SETTINGS}")
+    command = ".venv/bin/python -m bench.bench_ml2tuner " + " ".join(shlex.quote(a) for a in raw)
 
-    for setting in settings:
-        if not args.report_only:
-            out = run_setting(setting, args)
-            if args.caches_only:
-                console.info(f"cache {setting}: {out['valid_share']:.1%} valid")
+    if not args.report_only:
+        for setting in settings:
+            run_setting(setting, args, command)
     if args.caches_only or args.no_doc:
         return
-    saved = {s: json.loads((OUT / "ml2tuner" / f"{s}.json").read_text())
-             for s in SETTINGS if (OUT / "ml2tuner" / f"{s}.json").exists()}
-    results = {s: v["layers"] for s, v in saved.items()}
-    table = summarise(results, args.trials)
+    saved = {s: v for s in SETTINGS if (v := load_saved(s)) is not None and v["layers"]}
+    table = summarise({s: v["layers"] for s, v in saved.items()})
     for setting, rows in table.items():
         for name, r in rows.items():
             console.info(f"{setting} {name}: {json.dumps(r)}")
-    write_section(section(saved, table))
+    write_section(section({s: saved[s] for s in table}, table))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,19 @@ def compile_features_of(features: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in features.items() if not k.startswith("sim.")}
 
 
+def current_compile_features(template: Template, features: dict[str, float]) -> dict[str, float]:
+    """Recorded compile features completed to what the template's compiler returns today.
+
+    Features derived from recorded ones (the VTA compiler's ``time.*`` terms) are added to records
+    written before they existed, so replayed tuners see the same keys as live ones.
+    """
+    if template.name == "vta-conv2d":
+        from toolkit.vta.features import with_time_terms
+
+        return with_time_terms(features, template.hw)  # type: ignore[attr-defined]
+    return features
+
+
 class ReplayBuilder:
     """A builder answering from a cache: recorded build errors, else an empty ``replay`` artifact."""
 
@@ -77,8 +90,13 @@ class ReplayBuilder:
                 out.append(MeasureResult(c.index, c.values, error=ErrorClass(rec.error), message=rec.message,
                                          features=features, build_s=rec.build_s))
             else:
-                out.append(Artifact(index=c.index, kind="replay", features=features, build_s=rec.build_s))
+                out.append(Artifact(index=c.index, kind="replay", features=current_compile_features(template, features),
+                                    build_s=rec.build_s))
         return out
+
+    def features(self, template: Template, configs: Sequence[Config]) -> list[dict[str, float] | MeasureResult]:
+        """Compile-time features of ``configs`` (or the recorded build error), as ``LocalBuilder.features``."""
+        return [o.features if isinstance(o, Artifact) else o for o in self.build(template, configs)]
 
     def close(self) -> None:
         """Nothing to release."""

@@ -3,6 +3,13 @@
 Computed from the compile plan and the emitter's instruction counts, without simulating:
 instructions by kind, micro-ops, DMA bytes/rows by memory type, tiles, loop extents, padding,
 dependency tokens and buffer occupancy (fraction of each SRAM's capacity).
+
+``time.*`` are the program's **additive time terms** in hardware units, derived from the counts
+and the config's bus and instruction widths (:func:`time_terms`): bus beats per memory type and
+for instruction fetch, DMA rows (each pays a row latency), zero-padding writes, instructions, and
+GEMM+ALU cycles at their initiation intervals. The device time is close to a weighted sum of
+them (serialised without virtual threads, overlapped with), weights the compiler does not know;
+ModelA (:class:`~toolkit.tuning.advanced_model.AdvancedCostModel`) learns them per task.
 """
 
 from __future__ import annotations
@@ -14,6 +21,36 @@ from toolkit.workloads import Conv2dWorkload
 
 INSN_KINDS = ("load_uop", "load_inp", "load_wgt", "load_acc", "store", "gemm", "gemm_reset", "alu_shr",
               "alu_add", "alu_min", "alu_max", "nop_load", "nop_compute", "nop_store", "finish")
+
+
+TIME_TERMS = ("bus_inp", "bus_wgt", "bus_out", "bus_uop", "bus_acc", "bus_fetch", "rows_inp", "rows_wgt",
+              "rows_out", "pad", "insns", "compute")
+"""Names of the ``time.*`` features (see :func:`time_terms`)."""
+
+
+def time_terms(f: dict[str, float], hw: VTAConfig) -> dict[str, float]:
+    """The ``time.*`` features from a feature dict's counts (also for records compiled before they existed).
+
+    >>> from toolkit.vta.config import get_preset
+    >>> f = {"bytes.inp": 64.0, "bytes.wgt": 256.0, "bytes.out": 16.0, "bytes.uop": 8.0, "bytes.acc": 0.0,
+    ...      "insn.total": 10.0, "rows.inp": 4.0, "rows.wgt": 1.0, "rows.out": 1.0, "pad.elems": 2.0,
+    ...      "work.gemm": 9.0, "work.alu": 3.0}
+    >>> t = time_terms(f, get_preset("pynq"))
+    >>> t["time.bus_wgt"], t["time.bus_fetch"], t["time.compute"]
+    (32.0, 20.0, 15.0)
+    """
+    bb = hw.bus_bytes
+    terms = [f["bytes.inp"] / bb, f["bytes.wgt"] / bb, f["bytes.out"] / bb, f["bytes.uop"] / bb,
+             f["bytes.acc"] / bb, f["insn.total"] * hw.insn_bytes / bb, f["rows.inp"], f["rows.wgt"],
+             f["rows.out"], f["pad.elems"], f["insn.total"], f["work.gemm"] + 2 * f["work.alu"]]
+    return {f"time.{k}": float(v) for k, v in zip(TIME_TERMS, terms)}
+
+
+def with_time_terms(f: dict[str, float], hw: VTAConfig) -> dict[str, float]:
+    """``f`` plus its ``time.*`` features when it has the counts they derive from (else ``f`` unchanged)."""
+    if "work.alu" not in f or "time.compute" in f:
+        return f
+    return {**f, **time_terms(f, hw)}
 
 
 def _axis_pads(n_tiles: int, tile: int, stride: int, k: int, pad: int, size: int) -> tuple[int, int]:
@@ -99,4 +136,5 @@ def compile_features(wl: Conv2dWorkload, sch, hw: VTAConfig, plan: dict, kinds: 
         "occ.out": T * plan["out_tile"] / hw.out_depth,
         "occ.uop": float(sum(len(k) for n, k in k0.items() if n in ("reset", "gemm")) * T / hw.uop_depth),
     })
+    f.update(time_terms(f, hw))
     return f

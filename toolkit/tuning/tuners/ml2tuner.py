@@ -6,18 +6,23 @@ ML2Tuner (Cha et al., arXiv 2411.10764 / LCTES 2025) adds two models to AutoTVM'
 - **ModelV** — a validity classifier on the same knob features (:class:`~toolkit.tuning.validity.ValidityModel`),
   trained on every attempt so far, valid or not;
 - **ModelA** — a cost model on knob features **plus the compiler's features** of each config
-  (``TuningContext.compile_features``: compile without measuring, no board time).
+  (``TuningContext.compile_features``: compile without measuring, no board time):
+  :class:`~toolkit.tuning.advanced_model.AdvancedCostModel`, a least-squares time model on the
+  compiler's additive ``time.*`` terms whose residual boosted trees learn (plain boosted trees
+  when the compiler reports no time terms).
 
 One round: the explorer (simulated annealing guided by ModelP) proposes ``(alpha + 1) * N``
 unmeasured candidates; ModelV drops the predicted-invalid ones; the rest are compiled to read
 their features (a compile failure is recorded as an invalid config **without a trial** and kept as
-a free negative label for ModelV); ModelA ranks the survivors and the top ``N`` are measured; all
-three models are refitted before the next round. ``N`` is the ``plan_size`` option.
+a free negative label for ModelV); ModelA ranks the survivors and the top ``N`` are measured
+(fewer than ``N`` survivors: more explorer batches, then random configs, then ModelV's likeliest
+rejects top the round up); all three models are refitted before the next round. ``N`` is the
+``plan_size`` option.
 
 ``chameleon-ml2`` replaces the explorer by Chameleon's reinforcement-learning search and keeps its
 adaptive sampling: the RL candidates pass ModelV and the compiler, are clustered on the cardinal
 knobs with Chameleon's knee rule for k, and from each cluster the member ModelA rates best is
-measured (so k configs per round, chosen by the clustering; ModelA picks within each cluster).
+measured; ModelA's best other survivors fill the round up to N (``fill_to_n``).
 
 The choices the paper leaves open are listed in ``docs/tuners.md`` (section ``ml2tuner``).
 """
@@ -29,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolkit.tuning.cost_model import XGBCostModel
+from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.sa import SimulatedAnnealing
 from toolkit.tuning.sampling import cardinal_knobs, select_k
@@ -61,8 +66,12 @@ class ML2Tuner(XGBTuner):
                           float),
         "precision": Option(0.9, "ModelV threshold: smallest with cross-validated precision of 'valid' >= this",
                             float),
-        "v_explore": Option(0.05, "share of each round given to candidates ModelV rejects (exploration)",
-                            float),
+        "top_up": Option(3, "when fewer than N candidates survive the filters, the explorer proposes up to this many "
+                         "more batches, then random configs (through the same filters) fill the round", int),
+        "a_pool": Option(0, "random unmeasured configs added to each round's candidates once ModelA exists (filtered by "
+                         "ModelV, compiled and ranked by ModelA with the explorer's)", int),
+        "v_explore": Option(0.25, "share of each round given to candidates ModelV rejects that compile, ModelA's best "
+                            "(exploration)", float),
         "v_hidden": Option(True, "after compiling, a second validity model on knob + compile features filters again "
                            "(an edgetune addition; False = the paper's pipeline)", bool),
         "negatives_in_p": Option(True, "compile failures found while reading features enter ModelP as throughput 0",
@@ -85,9 +94,9 @@ class ML2Tuner(XGBTuner):
         self.queue: list[int] = []
         self.model_v: ValidityModel | None = None
         self.model_vh: ValidityModel | None = None
-        self.model_a: XGBCostModel | None = None
+        self.model_a: AdvancedCostModel | None = None
         self._n = {"rounds": 0, "candidates": 0, "v_rejected": 0, "v_explored": 0, "compiled": 0,
-                   "compile_failed": 0, "a_fits": 0, "fallback": 0, "vh_rejected": 0}
+                   "compile_failed": 0, "a_fits": 0, "fallback": 0, "vh_rejected": 0, "v_filled": 0}
         self._compile_s = 0.0
         self._v_s = 0.0
 
@@ -181,8 +190,8 @@ class ML2Tuner(XGBTuner):
         if sum(1 for _, y in keep if y > 0) < MIN_VALID_FOR_A:
             return
         xs = [x for x, _ in keep]
-        self.model_a = XGBCostModel(loss=self.params["loss"], seed=self.seed + self.train_ct,
-                                    plan_size=self.params["plan_size"], max_rounds=self.params["max_rounds"])
+        self.model_a = AdvancedCostModel(**time_columns(self.hidden_keys, self.space.features([xs[0]]).shape[1]),
+                                         seed=self.seed + self.train_ct, max_rounds=self.params["max_rounds"])
         self.model_a.fit(self._features_a(xs), np.asarray([y for _, y in keep]))
         self._n["a_fits"] += 1
 
@@ -218,31 +227,60 @@ class ML2Tuner(XGBTuner):
             alive = [c for c, o in zip(alive, ok) if o]
         return alive, rejected
 
-    def _fallback(self, exclude: set[int], rejected: list[int]) -> list[int]:
-        """When no candidate survives: random unmeasured configs through the same filters; failing
-        that, ModelV's most-likely-valid rejects (so a too-strict ModelV cannot stall the search)."""
+    def _top_up(self, alive: list[int], rejected: list[int], exclude: set[int]) -> tuple[list[int], list[int]]:
+        """Fewer than N survivors: up to ``top_up`` more explorer batches (the next best by ModelP),
+        then random unmeasured configs, all through the same filters; when still fewer than N, ModelV's
+        most-likely-valid rejects that compile fill the round (so a too-strict ModelV cannot stall the
+        search, and a round is not spent measuring one or two configs)."""
+        n, k = self.params["plan_size"], (self.params["alpha"] + 1) * self.params["plan_size"]
+        seen = set(exclude) | set(alive) | set(rejected)
+        for _ in range(self.params["top_up"]):
+            if len(alive) >= n:
+                return alive, rejected
+            more = self._explore(k, seen)
+            if not more:
+                break
+            seen |= set(more)
+            self._n["candidates"] += len(more)
+            a, r = self._survivors(more)
+            alive, rejected = alive + a, rejected + r
+        if len(alive) >= n:
+            return alive, rejected
         self._n["fallback"] += 1
-        n = self.params["plan_size"]
-        pool = self.space.sample(4 * (self.params["alpha"] + 1) * n, self.rng, exclude=exclude | set(rejected))
-        alive, more = self._survivors(pool)
-        rejected = rejected + more
-        if alive or not rejected:
-            return alive
+        a, r = self._survivors(self.space.sample(4 * k, self.rng, exclude=seen))
+        alive, rejected = alive + a, rejected + r
+        need = n - len(alive)
+        if need <= 0 or not rejected or self.model_v is None:
+            return alive, rejected
+        # the filtered supply is spent: ModelV's most-likely-valid rejects that compile fill the round
         p = self.model_v.predict_proba(self._features(rejected))
-        return self._compile([rejected[j] for j in np.argsort(-p, kind="stable")[:n]])
+        order = [rejected[j] for j in np.argsort(-p, kind="stable")]
+        fill: list[int] = []
+        for start in range(0, len(order), 4 * need):
+            fill += self._compile(order[start:start + 4 * need])[: need - len(fill)]
+            if len(fill) >= need:
+                break
+        self._n["v_filled"] += len(fill)
+        return alive + fill, [c for c in rejected if c not in set(fill)]
 
     def _choose(self, alive: list[int]) -> list[int]:
         """The configs to measure this round, best first: ModelA's top N."""
         return self._rank(alive)[: self.params["plan_size"]]
 
     def _explore_rejects(self, plan: list[int], rejected: list[int]) -> list[int]:
-        """Give ``v_explore * N`` slots (stochastically rounded) to ModelV's rejects that compile,
-        best by the explorer first, so ModelV's mistakes can be found and unlearnt."""
+        """Give ``v_explore * N`` slots (stochastically rounded) to ModelV's rejects: the explorer's
+        best ``8 k`` rejects are compiled (failures are free negatives) and ModelA's best of those
+        that compile (and pass the post-compile validity model, if any) are measured, so ModelV's
+        mistakes can be found and unlearnt."""
         n = self.params["plan_size"]
         k = int(self.params["v_explore"] * n + self.rng.random())
         if not k or not rejected:
             return plan
-        extra = self._compile(rejected[: 2 * k])[:k]
+        pool = [c for c in self._compile(rejected[: 8 * k]) if c not in plan]
+        if pool and self.model_vh is not None:  # the post-compile check still applies
+            pool = [c for c, ok in zip(pool, self.model_vh.predict(self._features_a(pool))) if ok]
+        pool = self._rank(pool)
+        extra = pool[:k]
         self._n["v_explored"] += len(extra)
         return plan[: max(0, n - len(extra))] + extra
 
@@ -258,13 +296,14 @@ class ML2Tuner(XGBTuner):
         t1 = time.perf_counter()
         exclude = self.visited | self.failed
         cands = self._explore((self.params["alpha"] + 1) * n, exclude)
+        if self.params["a_pool"] and self.model_a is not None:
+            cands += self.space.sample(self.params["a_pool"], self.rng, exclude=exclude | set(cands))
         self._search_s += time.perf_counter() - t1
         self._fit_s += t1 - t0
         self._n["rounds"] += 1
         self._n["candidates"] += len(cands)
         alive, rejected = self._survivors(cands)
-        if not alive:
-            alive, rejected = self._fallback(exclude, rejected), []
+        alive, rejected = self._top_up(alive, rejected, exclude)
         plan = self._explore_rejects(self._choose(alive), rejected)
         n_random = min(int(self.params["epsilon"] * n), len(plan))
         if n_random:
@@ -321,8 +360,8 @@ class ChameleonML2Tuner(ML2Tuner):
     Per round the RL agent (reward: ModelP) proposes ``(alpha + 1) * N`` candidates; ModelV and the
     compiler filter them as in ``ml2tuner``; the survivors are clustered on the cardinal knobs
     (k-means, k by Chameleon's knee rule) and from each cluster the member ModelA rates best is
-    measured. The number measured per round is k, Chameleon's adaptive sample count; N only sets
-    the candidate count. Every measured config is a real, unmeasured candidate, so Chameleon's
+    measured; ModelA's best other survivors fill the round up to N (``fill_to_n``; without it a
+    round measures k, Chameleon's adaptive sample count, and takes 2-4x more rounds). Every measured config is a real, unmeasured candidate, so Chameleon's
     sample synthesis (for redundant centroids) is not needed.
 
     >>> from toolkit.tuning.tuners.base import make_tuner
@@ -338,6 +377,8 @@ class ChameleonML2Tuner(ML2Tuner):
         **RL_OPTIONS,
         **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
         "plan_size": Option(16, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
+        "fill_to_n": Option(True, "after one config per cluster, ModelA's best other survivors fill the round up "
+                            "to N (False: k configs per round, Chameleon's adaptive count; more rounds)", bool),
     }
 
     def setup(self, ctx: TuningContext) -> None:
@@ -361,7 +402,11 @@ class ChameleonML2Tuner(ML2Tuner):
             if int(label) not in best or rank[i] < rank[best[int(label)]]:
                 best[int(label)] = i
         self.sampled_k.append(len(best))
-        return sorted(best.values(), key=rank.__getitem__)
+        chosen = sorted(best.values(), key=rank.__getitem__)
+        if p["fill_to_n"]:  # ModelA's best other survivors fill the round up to N
+            picked = set(chosen)
+            chosen += [i for i in self._rank(alive) if i not in picked][: max(0, p["plan_size"] - len(chosen))]
+        return chosen
 
     def stats(self) -> dict[str, float]:
         rewards = self.optimizer.mean_rewards

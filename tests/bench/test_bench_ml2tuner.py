@@ -1,0 +1,53 @@
+"""bench.bench_ml2tuner's bookkeeping: merged saves from several processes, paired summaries, the report."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_ml2tuner", Path(__file__).resolve().parents[2] / "bench" / "bench_ml2tuner.py")
+bm = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bm)
+
+
+def _run(history: list[float], invalid: int = 0) -> dict:
+    return {"history": history, "invalid": invalid, "trials": len(history), "wall_s": 1.0, "cpu_s": 0.5,
+            "stats": {"compiled": 10.0}}
+
+
+RMSE = {"P": 0.10, "P_recipe": 0.11, "A": 0.04, "A_trees": 0.08, "n_train": 20.0, "n_test": 20.0}
+
+
+@pytest.fixture
+def out_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(bm, "OUT", tmp_path)
+    return tmp_path
+
+
+def test_saves_from_different_tuners_and_layers_merge(out_dir):
+    meta = {"optimum": 1.0, "size": 10, "n_valid": 4}
+    bm._save("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1], invalid=2)}}, {"0": RMSE})
+    bm._save("pynq-tvm", 4, "cmd b", "C9", meta, {"ml2tuner": {"0": _run([2, 1])}}, {})
+    bm._save("pynq-tvm", 4, "cmd a", "C10", meta, {"xgb": {"0": _run([1, 1, 1, 1])}}, {})
+    saved = bm.load_saved("pynq-tvm")
+    assert set(saved["layers"]["C9"]["runs"]) == {"xgb", "ml2tuner"}
+    assert saved["layers"]["C9"]["rmse"]["0"]["A"] == 0.04
+    assert [c["cmd"] for c in saved["commands"]] == ["cmd a", "cmd b"]
+
+    table = bm.summarise({"pynq-tvm": saved["layers"]})["pynq-tvm"]
+    ml2 = table["ml2tuner"]  # paired with xgb on C9 only: reaches xgb's best (1) at trial 2 of 4
+    assert ml2["runs"] == 1 and ml2["reach_over_budget"] == pytest.approx(0.5)
+    assert ml2["reach_over_xgb"] == pytest.approx(0.5) and ml2["invalid_reduction"] == pytest.approx(1.0)
+    assert bm.run_pairs(saved["layers"], ("ml2tuner", "xgb")) == {("C9", "0")}
+
+    text = bm.section({"pynq-tvm": saved}, {"pynq-tvm": table})
+    assert "pynq-tvm `ml2tuner`: layers C9 only, fewer than 5 seeds on C9" in text  # what was cut is said
+    assert "| pynq-tvm | `ml2tuner` | 100.0% **met** | 50.0% **missed** | 0.400 **met** |" in text
+
+
+def test_trials_to_reach_counts_from_one_and_tolerates_rounding():
+    assert bm.trials_to_reach([5.0, 2.0, 1.0 + 1e-12], 1.0) == 3
+    assert bm.trials_to_reach([5.0, 2.0], 1.0) is None
