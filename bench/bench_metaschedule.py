@@ -1,7 +1,14 @@
 """MetaSchedule vs edgetune on the ``local`` CPU: best GFLOPS at equal trials, and wall time.
 
-``TVM_NUM_THREADS=1 .venv/bin/python -m bench.bench_metaschedule --trials 200 --seeds 3`` (options:
-``--layers C2,C5,C8``, ``--tuner xgb``, ``--baseline-dir DIR``, ``--no-doc``).
+From an ``edgetune bench`` JSON that ran ``metaschedule`` beside edgetune's tuners (the headline's
+``local`` setting, ``python -m bench.headline --settings local``)::
+
+    .venv/bin/python -m bench.bench_metaschedule --from-json bench/out/headline/local.json \
+        --load-log bench/out/metaschedule/headline-local.log  # repeatable
+
+Or tuning here, tuner by tuner: ``TVM_NUM_THREADS=1 .venv/bin/python -m bench.bench_metaschedule
+--trials 200 --seeds 3`` (options: ``--layers C2,C5,C8``, ``--tuner xgb``, ``--baseline-dir DIR``,
+``--no-doc``).
 
 For each ResNet-18 layer and seed, both tuners solve the same workload (the CPU template's ``te``
 compute) on the ``local`` board, measured through the same loopback TVM RPC tracker + server with
@@ -108,6 +115,82 @@ def render(rows: list[dict], args: argparse.Namespace, started: str, load: str) 
     return "\n".join(lines)
 
 
+def match_trial(history: list, target: float | None) -> int | None:
+    """First trial (1-based) whose best-so-far is within 1 % of ``target`` seconds; ``None`` if never.
+
+    >>> match_trial([None, 3.0, 1.005, 1.0], 1.0)
+    3
+    """
+    if target is None:
+        return None
+    return next((i + 1 for i, h in enumerate(history) if h is not None and h <= target * 1.01), None)
+
+
+def render_json(path: Path, tuner: str, load: str) -> str:
+    """The section from an ``edgetune bench`` JSON holding ``metaschedule`` and edgetune tuners' runs."""
+    from toolkit.tuning.bench import BenchResult
+    from toolkit.workloads import parse_workload
+
+    res = BenchResult.load(path)
+    env, settings = res.environment, res.settings
+    runs = {(r.workload, r.seed, r.tuner): r for r in res.runs}
+    pairs = [(runs[(w, s, tuner)], runs[(w, s, "metaschedule")]) for (w, s, t) in runs
+             if t == tuner and (w, s, "metaschedule") in runs]
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    lines = [
+        SECTION, "",
+        f"Machine: {env['machine']}; 2 cores shared with other engineers' (untimed, mostly `nice`d) jobs; "
+        f"apache-tvm {env['tvm']}, float32 NCHW, batch 1, `TVM_NUM_THREADS=1`. Date: {env['date']}. "
+        f"1/5/15-min load averages: {load}.", "",
+        f"Command (under `flock /tmp/edgetune-timed.lock`): `{env['command']}` (= `python -m bench.headline "
+        f"--settings local`); JSON: `{rel}`. Every tuner runs on every layer with every seed, "
+        f"{settings['trials']} trials each, taking turns inside each layer/seed block, through one loopback "
+        f"TVM RPC tracker + server, with the same `MeasureOptions` (`number=1, repeat=3, min_repeat_ms=0`, "
+        f"no output check) and the same 10 s build timeout; what differs between the two (RPC sessions, "
+        f"batches) is in `docs/tuners.md` (metaschedule). GFLOPS = 2*MACs / best latency measured during "
+        f"tuning. Wall = the whole `tune()` call.", "",
+        f"| layer | seed | {tuner} GFLOPS | MS GFLOPS | {tuner} / MS | {tuner} trials to MS's best | "
+        f"MS trials to {tuner}'s best | {tuner} wall | MS wall | {tuner} wall / MS | invalid {tuner} / MS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_layer: dict[str, list] = {}
+    for e, m in pairs:
+        flops = parse_workload(e.workload).flops
+        eg, mg = flops / e.best() / 1e9, flops / m.best() / 1e9
+        by_layer.setdefault(e.workload, []).append((eg / mg, e.wall_s / m.wall_s))
+        te, tm = match_trial(e.history, m.best_seconds), match_trial(m.history, e.best_seconds)
+        lines.append(
+            f"| {e.workload.split('.')[-1]} | {e.seed} | {eg:.1f} | {mg:.1f} | {eg / mg:.2f}x | "
+            f"{te if te else 'never'} | {tm if tm else 'never'} | {e.wall_s / 60:.1f} min | {m.wall_s / 60:.1f} min | "
+            f"{e.wall_s / m.wall_s:.2f} | {e.invalid} / {m.invalid} |")
+    if pairs:
+        lines += ["", f"| layer | seeds | {tuner} / MS GFLOPS (geomean) | seeds with {tuner} higher | "
+                      f"{tuner} wall / MS (geomean) | GFLOPS target | wall target (<= 0.33) |", "|---|---|---|---|---|---|---|"]
+        for layer, vals in by_layer.items():
+            g = statistics.geometric_mean([v[0] for v in vals])
+            w = statistics.geometric_mean([v[1] for v in vals])
+            wins = sum(v[0] > 1 for v in vals)
+            lines.append(f"| {layer.split('.')[-1]} | {len(vals)} | {g:.2f}x | {wins} of {len(vals)} | {w:.2f} | "
+                         f"{'met' if wins == len(vals) else 'missed'} | {'met' if w <= 1 / 3 else 'missed'} |")
+        allv = [v for vals in by_layer.values() for v in vals]
+        lines += ["", f"Geometric mean over all pairs: {tuner} reaches "
+                      f"{statistics.geometric_mean([v[0] for v in allv]):.2f}x MetaSchedule's GFLOPS in "
+                      f"{statistics.geometric_mean([v[1] for v in allv]):.2f}x its wall time (target: > 1x GFLOPS on "
+                      "every layer and <= 0.33x wall)."]
+    return "\n".join(lines) + "\n"
+
+
+def load_from_logs(logs: list[Path]) -> str:
+    """The 1/5/15-min load averages at the start and the end of each run log (its ``uptime`` lines)."""
+    parts = []
+    for log in logs:
+        found = re.findall(r"uptime (before|after):.*?load average: ([\d.]+), ([\d.]+), ([\d.]+)", log.read_text())
+        before = next((f"{a}/{b}/{c}" for when, a, b, c in found if when == "before"), "?")
+        after = next((f"{a}/{b}/{c}" for when, a, b, c in reversed(found) if when == "after"), "?")
+        parts.append(f"`{log.name}` {before} at the start, {after} at the end")
+    return "; ".join(parts) or "not recorded"
+
+
 def write_section(text: str) -> None:
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
@@ -125,7 +208,21 @@ def main(argv: list[str] | None = None) -> None:
                    help="reuse <dir>/<layer>.jsonl logs of --tuner (seed 0) instead of tuning it again")
     p.add_argument("--note", dest="notes", action="append", default=[], help="a line added under the table")
     p.add_argument("--no-doc", action="store_true", help="print the section instead of writing docs/benchmarks.md")
+    p.add_argument("--from-json", type=Path, help="write the section from this edgetune bench JSON (no tuning)")
+    p.add_argument("--load-log", type=Path, action="append", default=[],
+                   help="with --from-json: a run's log, for its 'uptime before/after' lines (repeatable)")
+    p.add_argument("--notes-file", type=Path, help="with --from-json: markdown added under the tables")
     args = p.parse_args(argv)
+    if args.from_json:
+        text = render_json(args.from_json, args.tuner,
+                           load_from_logs(args.load_log))
+        if args.notes_file:
+            text += "\n" + args.notes_file.read_text().rstrip("\n") + "\n"
+        if args.no_doc:
+            print(text)
+        else:
+            write_section(text + "\n")
+        return
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = f"{os.getloadavg()[0]:.1f}"
     rows = []

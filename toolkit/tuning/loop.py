@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -119,11 +120,12 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
                            measure_options=measure_options, callback=callback)
     t_start = time.perf_counter()
     space = task.space
+    own_builder = builder is None
     builder = builder or default_builder(task.board)
     own_runner = runner is None
     runner = runner or make_runner(task.board)
     options = measure_options or MeasureOptions(check=False)
-    batch = batch_size or max(1, builder.n_parallel) * (8 if builder.n_parallel <= 1 else 1)
+    batch = batch_size or default_batch_size(builder)
     desc = task.describe()
     summary = TuneSummary(workload=task.workload.label, board=task.board.name, tuner=tuner.name or type(tuner).__name__,
                           flops=task.flops, log=str(log) if log else None)
@@ -138,8 +140,10 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
         earlier = journal.open()
     try:
         def compile_features(indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
-            outs = builder.build(task.template, [space.get(i) for i in indices])
-            return [o.features if isinstance(o, Artifact) else o for o in outs]
+            configs = [space.get(i) for i in indices]
+            if isinstance(builder, LocalBuilder):   # lowering only where the template can (no codegen)
+                return builder.features(task.template, configs)
+            return [o.features if isinstance(o, Artifact) else o for o in builder.build(task.template, configs)]
 
         ctx = TuningContext(space=space, compile_features=compile_features, n_parallel=max(1, builder.n_parallel),
                             extra={"flops": float(task.flops), "task": desc})
@@ -174,6 +178,8 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
                     break
                 continue
             stale = 0
+            if options.hopeless_factor > 0:
+                options = dataclasses.replace(options, best_s=summary.best_seconds)
             results = _measure(task, builder, runner, options, indices)
             for r in results:
                 if journal is not None:
@@ -190,8 +196,19 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
             journal.close()
         if own_runner:
             runner.close()
+        if own_builder:
+            builder.close()
         summary.wall_s = time.perf_counter() - t_start
     return summary
+
+
+def default_batch_size(builder: LocalBuilder) -> int:
+    """Configs per ask/build/measure round: 8 in-process, else 4 per build worker.
+
+    Parallel builds hand each worker a new config as soon as it is free, so a round of several
+    configs per worker keeps them busy past one slow compile; builds never overlap measurements.
+    """
+    return 8 if builder.n_parallel <= 1 else 4 * builder.n_parallel
 
 
 def _measure(task: Task, builder: LocalBuilder, runner: Runner, options: MeasureOptions,

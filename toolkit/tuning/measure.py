@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import time
+from collections import deque
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,6 +24,9 @@ from toolkit.tuning.template import Artifact, BuildError, Template
 
 BuildOutcome = Artifact | MeasureResult
 """What building one config gives: an artifact, or the failed :class:`MeasureResult`."""
+
+FeaturesOutcome = dict[str, float] | MeasureResult
+"""What :meth:`LocalBuilder.features` gives per config: the compile-time features, or the failure."""
 
 
 def build_one(template: Template, config: Config) -> BuildOutcome:
@@ -48,8 +52,48 @@ def _build_remote(template: Template, config: Config) -> BuildOutcome:
     return out
 
 
+def features_one(template: Template, config: Config) -> FeaturesOutcome:
+    """``template.features(config)`` (lowering only, no code generation); failures become results."""
+    t0 = time.perf_counter()
+    try:
+        features = template.features(config)
+    except BuildError as exc:
+        return MeasureResult(config.index, config.values, error=exc.error, message=_one_line(exc),
+                             build_s=time.perf_counter() - t0)
+    except Exception as exc:  # a template bug must not kill the tuning run
+        return MeasureResult(config.index, config.values, error=ErrorClass.COMPILE_ERROR,
+                             message=f"{type(exc).__name__}: {_one_line(exc)}", build_s=time.perf_counter() - t0)
+    if features is None:
+        raise TypeError(f"template {template.name!r} has no features-only path")
+    return features
+
+
+def _features_remote(template: Template, configs: Sequence[Config]) -> list[FeaturesOutcome]:
+    return [features_one(template, c) for c in configs]
+
+
+def has_features_path(template: Template) -> bool:
+    """True when ``template`` overrides :meth:`Template.features` (lowering without code generation)."""
+    return type(template).features is not Template.features
+
+
+def _warm_up() -> None:
+    """Runs once per new worker: import what builds need (a no-op when the forkserver preloaded it)."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:500]
+
+
+WARM_UP_S = 120.0
+"""How long a new pool's workers may take to start and import TVM before builds are handed out anyway."""
+
+PRELOAD = ("tvm", "toolkit.templates.tir_features", "toolkit.templates.cpu", "toolkit.tuning.measure")
+"""Modules the ``forkserver`` imports once, so that each build worker starts without importing TVM (~2 s)."""
 
 
 class LocalBuilder:
@@ -57,8 +101,10 @@ class LocalBuilder:
 
     ``n_parallel=0`` builds in-process (right for VTA, where a build takes milliseconds; no
     timeout is enforced there). ``n_parallel>=1`` builds in worker processes (``forkserver``
-    context) with a per-config ``timeout_s`` (-> ``TIMEOUT``); a crashed worker gives a
-    ``COMPILE_ERROR`` for the configs it held and the pool is restarted.
+    context, TVM preloaded) with a per-config ``timeout_s`` (-> ``TIMEOUT``): a new config is
+    handed to a worker as soon as one is free, so one slow compile does not idle the others.
+    A crashed worker gives a ``COMPILE_ERROR`` for its config and the pool is restarted
+    (configs that were building beside it are built again, alone if the culprit is unclear).
     """
 
     def __init__(self, n_parallel: int = 0, timeout_s: float = 30.0, mp_context: str = "forkserver") -> None:
@@ -68,9 +114,13 @@ class LocalBuilder:
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def _get_pool(self) -> cf.ProcessPoolExecutor:
+        """The worker pool, started with TVM imported in every worker (so no build's timeout pays for it)."""
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.n_parallel,
-                                                mp_context=multiprocessing.get_context(self.mp_context))
+            ctx = multiprocessing.get_context(self.mp_context)
+            if self.mp_context == "forkserver":
+                ctx.set_forkserver_preload(list(PRELOAD))   # used when this process starts its forkserver
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=ctx)
+            cf.wait([self._pool.submit(_warm_up) for _ in range(self.n_parallel)], timeout=WARM_UP_S)
         return self._pool
 
     def _kill_pool(self) -> None:
@@ -86,38 +136,81 @@ class LocalBuilder:
         """One outcome per config, in order."""
         if self.n_parallel <= 0:
             return [build_one(template, c) for c in configs]
-        out: list[BuildOutcome] = []
-        for start in range(0, len(configs), self.n_parallel):
-            out.extend(self._build_chunk(template, configs[start:start + self.n_parallel]))
-        return out
-
-    def _build_chunk(self, template: Template, chunk: Sequence[Config]) -> list[BuildOutcome]:
-        pool = self._get_pool()
-        t0 = time.perf_counter()
-        futures = [pool.submit(_build_remote, template, c) for c in chunk]
-        done, pending = cf.wait(futures, timeout=self.timeout_s)
-        out: list[BuildOutcome | None] = []
-        crashed: list[int] = []
-        for pos, (c, f) in enumerate(zip(chunk, futures)):
-            if f in pending:
-                out.append(MeasureResult(c.index, c.values, error=ErrorClass.TIMEOUT,
-                                         message=f"build exceeded {self.timeout_s:g} s",
-                                         build_s=time.perf_counter() - t0))
+        out: list[BuildOutcome | None] = [None] * len(configs)
+        queue = deque((pos, False) for pos in range(len(configs)))   # (position, must build alone)
+        running: dict[cf.Future, tuple[int, bool, float]] = {}        # future -> (position, alone, deadline)
+        while queue or running:
+            pool = self._get_pool()
+            while (queue and len(running) < self.n_parallel and not (running and queue[0][1])
+                   and not any(alone for _, alone, _ in running.values())):
+                pos, alone = queue.popleft()
+                running[pool.submit(_build_remote, template, configs[pos])] = (
+                    pos, alone, time.monotonic() + self.timeout_s)
+            wait = max(0.0, min(d for _, _, d in running.values()) - time.monotonic())
+            done, _ = cf.wait(running, timeout=wait, return_when=cf.FIRST_COMPLETED)
+            crashed: list[tuple[int, bool]] = []
+            for f in done:
+                pos, alone, _ = running.pop(f)
+                c = configs[pos]
+                try:
+                    out[pos] = f.result()
+                except cf.process.BrokenProcessPool:
+                    crashed.append((pos, alone))
+                except Exception as exc:   # e.g. the template could not be pickled
+                    out[pos] = MeasureResult(c.index, c.values, error=ErrorClass.COMPILE_ERROR,
+                                             message=f"{type(exc).__name__}: {_one_line(exc)}")
+            now = time.monotonic()
+            expired = [f for f, (_, _, d) in running.items() if d <= now]
+            for f in expired:
+                pos, _, _ = running.pop(f)
+                c = configs[pos]
+                out[pos] = MeasureResult(c.index, c.values, error=ErrorClass.TIMEOUT,
+                                         message=f"build exceeded {self.timeout_s:g} s", build_s=self.timeout_s)
+            if not (expired or crashed):
                 continue
-            try:
-                out.append(f.result())
-            except cf.process.BrokenProcessPool:
-                crashed.append(pos)
-                out.append(MeasureResult(c.index, c.values, error=ErrorClass.COMPILE_ERROR,
-                                         message="the builder worker crashed building this config"))
-            except Exception as exc:   # e.g. the template could not be pickled
-                out.append(MeasureResult(c.index, c.values, error=ErrorClass.COMPILE_ERROR,
-                                         message=f"{type(exc).__name__}: {_one_line(exc)}"))
-        if pending or crashed:
             self._kill_pool()
-        if len(crashed) > 1:   # a crash breaks the whole pool: rebuild each alone to find the culprit
-            for pos in crashed:
-                out[pos] = self._build_chunk(template, [chunk[pos]])[0]
+            in_flight = [(pos, alone) for pos, alone, _ in running.values()]
+            running.clear()
+            if crashed:   # a crash breaks every build in flight: the culprit is clear only when it was alone
+                in_flight += crashed
+                if len(in_flight) == 1:
+                    pos = in_flight.pop()[0]
+                    out[pos] = MeasureResult(configs[pos].index, configs[pos].values, error=ErrorClass.COMPILE_ERROR,
+                                             message="the builder worker crashed building this config")
+                again = [(pos, True) for pos, _ in in_flight]
+            else:         # builds beside a timeout are innocent: build them again
+                again = in_flight
+            queue.extendleft(reversed(again))
+        return out  # type: ignore[return-value]
+
+    def features(self, template: Template, configs: Sequence[Config]) -> list[FeaturesOutcome]:
+        """Compile-time features of ``configs`` (a dict, or the failed :class:`MeasureResult`), in order.
+
+        Templates with a features-only path (:meth:`Template.features`: lowering, no code
+        generation) use it, split over the workers; others are built in full.
+        """
+        if not has_features_path(template):
+            return [o.features if isinstance(o, Artifact) else o for o in self.build(template, configs)]
+        if self.n_parallel <= 0 or len(configs) <= 1:
+            return [features_one(template, c) for c in configs]
+        pool = self._get_pool()
+        n = min(self.n_parallel, len(configs))
+        chunks = [list(configs[i::n]) for i in range(n)]
+        futures = [pool.submit(_features_remote, template, chunk) for chunk in chunks]
+        done, pending = cf.wait(futures, timeout=self.timeout_s + 0.5 * len(chunks[0]))
+        if pending:
+            self._kill_pool()
+        out: list[FeaturesOutcome | None] = [None] * len(configs)
+        for i, (chunk, f) in enumerate(zip(chunks, futures)):
+            try:
+                got = f.result() if f in done else None
+            except Exception:  # noqa: BLE001 - a crashed worker: those configs are taken one by one below
+                got = None
+                self._kill_pool()
+            if got is None:   # timed out or crashed: in-process would risk this process; build them in full
+                got = [o.features if isinstance(o, Artifact) else o for o in self.build(template, chunk)]
+            for j, value in enumerate(got):
+                out[i + j * n] = value
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -208,10 +301,17 @@ def make_runner(board: Board, **options: Any) -> Runner:
     return cls(board, **options)
 
 
+BUILD_TIMEOUT_S = 10.0
+"""Seconds one TVM build may take on this machine before it counts as a ``TIMEOUT`` trial (AutoTVM's
+default). The best configs of the CPU template build in about 1 s; the few that take 10-40 s are
+huge unrolled tiles whose LLVM compile (its SLP vectorizer) is slow, and none was ever the best."""
+
+
 def default_builder(board: Board) -> LocalBuilder:
-    """In-process for VTA boards (millisecond builds), else one worker per CPU (at most 4)."""
+    """In-process for VTA boards (millisecond builds), else one worker per CPU (at most 4) with
+    :data:`BUILD_TIMEOUT_S`."""
     import os
 
     if board.profile.family == "vta":
         return LocalBuilder(n_parallel=0)
-    return LocalBuilder(n_parallel=max(1, min(4, os.cpu_count() or 1)), timeout_s=60.0)
+    return LocalBuilder(n_parallel=max(1, min(4, os.cpu_count() or 1)), timeout_s=BUILD_TIMEOUT_S)

@@ -40,6 +40,7 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 from toolkit.boards import BoardProfile
 from toolkit.errors import ConfigError, LogError
+from toolkit.tuning.measure import BUILD_TIMEOUT_S
 from toolkit.tuning.measure_result import ErrorClass, MeasureResult
 from toolkit.tuning.records import Journal, LogHeader, Record
 from toolkit.tuning.runner import MeasureOptions
@@ -106,7 +107,7 @@ def export_module(rt_mod: Any, compiler: str | None = None) -> str:
     return path
 
 
-def make_builder(profile: BoardProfile, max_workers: int | None = None, timeout_s: float = 60.0) -> Any:
+def make_builder(profile: BoardProfile, max_workers: int | None = None, timeout_s: float = BUILD_TIMEOUT_S) -> Any:
     """A MetaSchedule ``LocalBuilder`` with :func:`build_module` and a host-linked export for ``profile``."""
     from tvm.s_tir.meta_schedule.builder import LocalBuilder
 
@@ -212,7 +213,8 @@ class MetaScheduleTuner(Tuner):
         "cost_model": Option("xgb", "MetaSchedule cost model", str, ("xgb", "mlp", "random")),
         "strategy": Option("evolutionary", "MetaSchedule search strategy", str,
                            ("evolutionary", "replay-trace", "replay-func")),
-        "build_timeout": Option(60.0, "seconds one build may take before it counts as failed", float),
+        "build_timeout": Option(BUILD_TIMEOUT_S, "seconds one build may take before it counts as failed "
+                                "(edgetune's builder default)", float),
     }
 
     def propose(self, n: int) -> list[int]:

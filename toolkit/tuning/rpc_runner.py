@@ -1,10 +1,13 @@
 """Measure TVM libraries on boards through a TVM RPC tracker (or one server, directly).
 
-For each artifact the runner asks the tracker for a session on a board of its key, uploads
-the library, checks one run's output against the template's numpy reference and times it
-with ``time_evaluator``. A session that dies mid-measurement (the board rebooted, the server
-was killed) is not a result: the runner waits up to ``wait_timeout_s`` for a server of the
-same key to come back and measures again; only if none returns is the item ``BOARD_LOST``.
+For each artifact the runner uploads the library to a session on a board of its key, checks
+one run's output against the template's numpy reference and times it with ``time_evaluator``.
+One session (with the inputs already on the board) serves the items of a :meth:`RPCRunner.run`
+call one after another while it is young enough that the server's ``session_timeout`` cannot
+end it mid-item; any failure drops it and the next item gets a fresh session. A session that
+dies mid-measurement (the board rebooted, the server was killed) is not a result: the runner
+waits up to ``wait_timeout_s`` for a server of the same key to come back and measures again;
+only if none returns is the item ``BOARD_LOST``.
 
 >>> from toolkit.rpc.tracker import ensure_local_rpc
 >>> host, port, stop = ensure_local_rpc("local")          # doctest: +SKIP
@@ -39,8 +42,26 @@ _LOST_HINTS = ("socket", "connection", "connect", "closed", "eof", "peer", "brok
                "rpcsessiontimeout", "session timeout", "kshutdown", "code == rpccode")
 
 
+REUSE_MARGIN_S = 10.0
+"""A session is reused only while ``session_timeout`` leaves the run's timeout plus this margin."""
+
+
 class BoardLost(Exception):
     """The session ended before the measurement finished."""
+
+
+class _Live:
+    """A session kept between items: the board's device, the inputs on it and an output tensor."""
+
+    def __init__(self, sess: Any, dev: Any, data_key: int, args: list[Any], out: Any, session_timeout: float) -> None:
+        self.sess, self.dev, self.data_key, self.args, self.out = sess, dev, data_key, args, out
+        self.opened = time.monotonic()
+        self.session_timeout = session_timeout
+
+    def usable(self, data_key: int, run_timeout: float) -> bool:
+        """True while it holds these inputs and the server will not end it within one more item."""
+        age = time.monotonic() - self.opened
+        return self.data_key == data_key and age + run_timeout + REUSE_MARGIN_S < self.session_timeout
 
 
 class RPCRunner(Runner):
@@ -76,9 +97,13 @@ class RPCRunner(Runner):
         self.lost_sessions = 0
         """Sessions that died mid-measurement and were measured again."""
         self._data: tuple[int, list[np.ndarray], np.ndarray | None] | None = None
+        self._live: _Live | None = None
+        self.sessions = 0
+        """Sessions opened so far (one per item without reuse)."""
 
     def close(self) -> None:
         """Stop the loopback tracker and server this runner started for the ``local`` board."""
+        self._live = None
         if self._release is not None:
             self._release()
             self._release = None
@@ -147,7 +172,10 @@ class RPCRunner(Runner):
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
             options: MeasureOptions) -> list[MeasureResult]:
         inputs, ref = self._inputs(template, options.check)
-        return [self._measure(template, config, artifact, options, inputs, ref) for config, artifact in items]
+        try:
+            return [self._measure(template, config, artifact, options, inputs, ref) for config, artifact in items]
+        finally:
+            self._live = None   # the board is free between batches (other users of the tracker)
 
     def _measure(self, template: Template, config: Config, artifact: Artifact, options: MeasureOptions,
                  inputs: list[np.ndarray], ref: np.ndarray | None) -> MeasureResult:
@@ -159,11 +187,11 @@ class RPCRunner(Runner):
         crashes = 0
         lost = "it was not registered"
         while True:
-            if not self.wait_for_board(self.wait_timeout_s):
+            if self._live is None and not self.wait_for_board(self.wait_timeout_s):
                 return result(error=ErrorClass.BOARD_LOST,
                               message=f"{self.where} did not come back within {self.wait_timeout_s:.0f} s ({lost})")
             try:
-                costs, wrong = self._attempt(template, artifact, options, inputs, ref)
+                costs, wrong, note = self._attempt(template, artifact, options, inputs, ref)
             except TimeoutError as exc:
                 if not self.board_present():
                     lost = f"lost during the run: {exc}"
@@ -183,16 +211,20 @@ class RPCRunner(Runner):
                 return result(error=ErrorClass.RUNTIME_ERROR, message=_short(exc))
             if wrong:
                 return result(error=ErrorClass.WRONG_ANSWER, message=wrong)
-            return result(costs=costs)
+            return result(costs=costs, message=note)
 
     def _attempt(self, template: Template, artifact: Artifact, options: MeasureOptions,
-                 inputs: list[np.ndarray], ref: np.ndarray | None) -> tuple[list[float], str]:
-        """One session: upload, check, time. Runs in a thread so a hung kernel times out.
+                 inputs: list[np.ndarray], ref: np.ndarray | None) -> tuple[list[float], str, str]:
+        """One item in a session (the kept one, or a new one): upload, check, time.
 
-        ``timeout_s`` counts from the first run on the board; getting a session (queued at
-        the tracker behind other users) and uploading have ``wait_timeout_s`` + 60 s.
+        Runs in a thread so a hung kernel times out. ``timeout_s`` counts from the first run on
+        the board; getting a session (queued at the tracker behind other users) and uploading
+        have ``wait_timeout_s`` + 60 s. The session is kept only when the item finished cleanly.
         """
-        box: dict[str, Any] = {}
+        live, self._live = self._live, None
+        if live is not None and not live.usable(id(inputs), options.timeout_s):
+            live = None
+        box: dict[str, Any] = {"live": live}
 
         def work() -> None:
             try:
@@ -213,58 +245,81 @@ class RPCRunner(Runner):
                 raise BoardLost(f"no session and upload within {self.wait_timeout_s + 60.0:.0f} s")
         if "error" in box:
             raise box["error"]
+        self._live = box.get("live")
         return box["value"]
 
     def _session_measure(self, template: Template, artifact: Artifact, options: MeasureOptions,
                          inputs: list[np.ndarray], ref: np.ndarray | None,
-                         box: dict[str, Any]) -> tuple[list[float], str]:
+                         box: dict[str, Any]) -> tuple[list[float], str, str]:
         if artifact.kind != "tvm-library":
             raise RuntimeError(f"RPCRunner measures TVM libraries, not {artifact.kind!r} artifacts")
-        try:
-            sess = self._connect(options.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions
-            raise BoardLost(f"no session from {self.where}: {_short(exc)}") from None
+        live: _Live | None = box.pop("live", None)
         stage, failure = "upload", None
         try:
-            return self._run_in_session(sess, template, artifact, options, inputs, ref, box)
+            if live is None:
+                box["stage"] = "session"
+                live = self._open(template, options, inputs, ref)
+            value = self._run_in_session(live, template, artifact, options, ref, box)
+            box["live"] = live
+            return value
+        except BoardLost:
+            raise
         except Exception as exc:  # noqa: BLE001
             stage = box.get("stage", stage)
             failure = (_looks_lost(exc), _short(exc))
         finally:
-            # drop the session now (not when a traceback cycle is collected): the board is
+            # drop a failed session now (not when a traceback cycle is collected): the board is
             # busy until its session closes
-            sess = None
+            live = None
         if failure[0]:
             raise BoardLost(f"session lost during {stage}: {failure[1]}")
         raise RuntimeError(f"{stage} failed on {self.where}: {failure[1]}")
 
-    @staticmethod
-    def _run_in_session(sess: Any, template: Template, artifact: Artifact, options: MeasureOptions,
-                        inputs: list[np.ndarray], ref: np.ndarray | None,
-                        box: dict[str, Any]) -> tuple[list[float], str]:
+    def _open(self, template: Template, options: MeasureOptions, inputs: list[np.ndarray],
+              ref: np.ndarray | None) -> _Live:
+        """A new session with the inputs and an output tensor on the board."""
         import tvm
 
-        box["stage"] = "upload"
-        name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
-        _upload(sess, artifact, name)
-        box["stage"] = "load"
-        mod = sess.load_module(name)
+        session_timeout = self.session_timeout or options.timeout_s + 30.0
+        try:
+            sess = self._connect(options.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions
+            raise BoardLost(f"no session from {self.where}: {_short(exc)}") from None
+        self.sessions += 1
         dev = sess.cuda(0) if template.profile.family == "cuda" else sess.cpu(0)
         args = [tvm.runtime.tensor(x, dev) for x in inputs]
         out_shape = ref.shape if ref is not None else template.output_shape()  # type: ignore[attr-defined]
         out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
+        return _Live(sess, dev, id(inputs), args, out, session_timeout)
+
+    @staticmethod
+    def _run_in_session(live: _Live, template: Template, artifact: Artifact, options: MeasureOptions,
+                        ref: np.ndarray | None, box: dict[str, Any]) -> tuple[list[float], str, str]:
+        box["stage"] = "upload"
+        name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
+        _upload(live.sess, artifact, name)
+        box["stage"] = "load"
+        mod = live.sess.load_module(name)
+        dev, args, out = live.dev, live.args, live.out
         box["stage"] = "run"
         box["run_started"] = time.monotonic()
         if ref is not None:
+            out.copyfrom(np.full(ref.shape, np.nan, dtype=np.float32))  # no stale output from an earlier item
             mod["main"](*args, out)
             got = out.numpy()
             if not np.allclose(got, ref, rtol=RTOL, atol=ATOL):
                 bad = ~np.isclose(got, ref, rtol=RTOL, atol=ATOL)
                 return [], (f"{int(bad.sum())} of {bad.size} outputs differ from the reference "
-                            f"(max abs error {float(np.nanmax(np.abs(got - ref))):.3g})")
+                            f"(max abs error {float(np.nanmax(np.abs(got - ref))):.3g})"), ""
+        cutoff = options.hopeless_after()
+        if math.isfinite(cutoff):
+            first = float(mod.time_evaluator("main", dev, number=1, repeat=1)(*args, out).results[0])
+            if first > cutoff:
+                return [first], "", (f"hopeless: one run took {first:.3g} s, over {options.hopeless_factor:g}x "
+                                     "the best so far; not timed further")
         timer = mod.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
                                    min_repeat_ms=int(math.ceil(options.min_repeat_ms)))
-        return [float(c) for c in timer(*args, out).results], ""
+        return [float(c) for c in timer(*args, out).results], "", ""
 
 
 def board_tracker(board: Board, tracker: tuple[str, int] | str | None = None

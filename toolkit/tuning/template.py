@@ -59,6 +59,15 @@ class Template(abc.ABC):
     def build(self, config: Config) -> Artifact:
         """Build one config; raise :class:`BuildError` when it cannot be built."""
 
+    def features(self, config: Config) -> dict[str, float] | None:
+        """Compile-time features of ``config`` without generating code, as :meth:`build` would record them.
+
+        ``None`` (the default) means the template has no cheaper path than :meth:`build`, whose
+        artifact's features are then used. Raises :class:`BuildError` like ``build`` for configs it
+        can tell are invalid (a config that fails only in code generation is not caught here).
+        """
+        return None
+
     @abc.abstractmethod
     def make_inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
         """Random inputs in the layout the built code takes (data, weight[, bias])."""
