@@ -11,7 +11,7 @@ import concurrent.futures as cf
 import multiprocessing
 import time
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,18 +29,25 @@ FeaturesOutcome = dict[str, float] | MeasureResult
 """What :meth:`LocalBuilder.features` gives per config: the compile-time features, or the failure."""
 
 
-def build_one(template: Template, config: Config) -> BuildOutcome:
-    """Build ``config``; a :class:`BuildError` (or any exception) becomes a failed result."""
+def _attempt(step: Callable[[Config], Any], config: Config) -> tuple[Any, MeasureResult | None, float]:
+    """``step(config)``, its failure as a result (a :class:`BuildError`, or any exception), and the seconds."""
     t0 = time.perf_counter()
     try:
-        artifact = template.build(config)
+        return step(config), None, time.perf_counter() - t0
     except BuildError as exc:
-        return MeasureResult(config.index, config.values, error=exc.error, message=_one_line(exc),
-                             build_s=time.perf_counter() - t0)
+        error, message = exc.error, _one_line(exc)
     except Exception as exc:  # a template bug must not kill the tuning run
-        return MeasureResult(config.index, config.values, error=ErrorClass.COMPILE_ERROR,
-                             message=f"{type(exc).__name__}: {_one_line(exc)}", build_s=time.perf_counter() - t0)
-    artifact.build_s = artifact.build_s or time.perf_counter() - t0
+        error, message = ErrorClass.COMPILE_ERROR, f"{type(exc).__name__}: {_one_line(exc)}"
+    dt = time.perf_counter() - t0
+    return None, MeasureResult(config.index, config.values, error=error, message=message, build_s=dt), dt
+
+
+def build_one(template: Template, config: Config) -> BuildOutcome:
+    """Build ``config``; a :class:`BuildError` (or any exception) becomes a failed result."""
+    artifact, failed, dt = _attempt(template.build, config)
+    if failed is not None:
+        return failed
+    artifact.build_s = artifact.build_s or dt
     return artifact
 
 
@@ -54,15 +61,9 @@ def _build_remote(template: Template, config: Config) -> BuildOutcome:
 
 def features_one(template: Template, config: Config) -> FeaturesOutcome:
     """``template.features(config)`` (lowering only, no code generation); failures become results."""
-    t0 = time.perf_counter()
-    try:
-        features = template.features(config)
-    except BuildError as exc:
-        return MeasureResult(config.index, config.values, error=exc.error, message=_one_line(exc),
-                             build_s=time.perf_counter() - t0)
-    except Exception as exc:  # a template bug must not kill the tuning run
-        return MeasureResult(config.index, config.values, error=ErrorClass.COMPILE_ERROR,
-                             message=f"{type(exc).__name__}: {_one_line(exc)}", build_s=time.perf_counter() - t0)
+    features, failed, _ = _attempt(template.features, config)
+    if failed is not None:
+        return failed
     if features is None:
         raise TypeError(f"template {template.name!r} has no features-only path")
     return features
