@@ -167,20 +167,9 @@ class ConvTemplateBase(Template):
     def build(self, config: Config) -> Artifact:
         import tvm
 
-        from toolkit.templates import tir_features
-
         started = time.perf_counter()
-        self.check(config)
-        try:
-            mod = self.schedule(config)
-        except BuildError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
-            raise BuildError(f"scheduling failed: {_first_line(exc)}") from None
+        mod, features = self._lowered(config)
         target = self.target()
-        lowered = tir_features.lower(mod, target)
-        self.verify(lowered)
-        features = tir_features.extract(lowered)
         try:
             with target:  # the CUDA compile callback reads the arch from the current target
                 executable = tvm.compile(mod, target=target)
@@ -193,6 +182,10 @@ class ConvTemplateBase(Template):
 
     def features(self, config: Config) -> dict[str, float]:
         """The features :meth:`build` records (scheduled, lowered, verified), without ``tvm.compile``."""
+        return self._lowered(config)[1]
+
+    def _lowered(self, config: Config) -> tuple[Any, dict[str, float]]:
+        """Check, schedule, lower and verify ``config``: the scheduled module and its lowered-TIR features."""
         from toolkit.templates import tir_features
 
         self.check(config)
@@ -204,7 +197,7 @@ class ConvTemplateBase(Template):
             raise BuildError(f"scheduling failed: {_first_line(exc)}") from None
         lowered = tir_features.lower(mod, self.target())
         self.verify(lowered)
-        return tir_features.extract(lowered)
+        return mod, tir_features.extract(lowered)
 
 
 def _first_line(exc: BaseException) -> str:
