@@ -98,3 +98,16 @@ def test_vta_config_selects_the_simulated_preset():
     cpu = Board("cpu-box", dataclasses.replace(sim.profile, family="cpu", vta=None))
     with pytest.raises(ConfigError, match="VTA boards"):
         with_vta_preset(cpu, "zcu102")
+
+
+def test_a_resumed_bench_checkpoints_the_earlier_runs_it_has_not_reached_yet(tmp_path):
+    from toolkit.boards import resolve_board
+    from toolkit.tuning.bench import expand_workloads, run_bench
+
+    board, wls = resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], "vta")
+    first = run_bench(board, wls, ["random"], 4, 2, reference="random", cache_dirs=[tmp_path])
+    seen = []
+    run_bench(board, wls, ["random", "grid"], 4, 2, reference="random", cache_dirs=[tmp_path], previous=first,
+              checkpoint=lambda partial: seen.append({(r.tuner, r.seed) for r in partial.runs}))
+    assert seen and all({("random", 0), ("random", 1)} <= s for s in seen)   # an interruption would keep them
+    assert seen[-1] == {(t, s) for t in ("random", "grid") for s in (0, 1)}

@@ -24,6 +24,7 @@ Definitions (also in ``docs/benchmarks.md``):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -323,7 +324,8 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
         for wi, wl in enumerate(workloads):
             _bench_workload(result, board, wl, wi, tuners, trials, seeds, template_options, replay, cache_dirs,
                             tuner_options or {}, live, progress, total, done,
-                            (lambda: checkpoint(_finish(result, tuners, reference))) if checkpoint else None)
+                            (lambda: checkpoint(_with_pending(_finish(result, tuners, reference), previous)))
+                            if checkpoint else None)
     finally:
         if live is not None:
             live.close()
@@ -385,6 +387,15 @@ def _reusable_runs(previous: BenchResult, settings: dict[str, Any]) -> dict[tupl
         what = ", ".join(f"{k} {previous.settings.get(k)!r} vs {settings.get(k)!r}" for k in differ)
         raise ConfigError(f"cannot resume a bench with other settings ({what}); choose another --json")
     return {(r.workload, r.tuner, r.seed): r for r in previous.runs}
+
+
+def _with_pending(result: BenchResult, previous: BenchResult | None) -> BenchResult:
+    """``result`` plus the runs of ``previous`` it has not reached yet, so an interrupted resume loses none."""
+    if previous is None:
+        return result
+    have = {(r.workload, r.tuner, r.seed) for r in result.runs}
+    pending = [r for r in previous.runs if (r.workload, r.tuner, r.seed) not in have]
+    return dataclasses.replace(result, runs=result.runs + pending, workloads={**previous.workloads, **result.workloads})
 
 
 def _finish(result: BenchResult, tuners: Sequence[str], reference: str) -> BenchResult:
