@@ -4,7 +4,7 @@ From an ``edgetune bench`` JSON that ran ``metaschedule`` beside edgetune's tune
 ``local`` setting, ``python -m bench.headline --settings local``)::
 
     .venv/bin/python -m bench.bench_metaschedule --from-json bench/out/headline/local.json \
-        --load-log bench/out/metaschedule/headline-local.log  # repeatable
+        --tuner xgb,chameleon,ml2tuner --load-log bench/out/metaschedule/headline-local.log  # repeatable
 
 Or tuning here, tuner by tuner: ``TVM_NUM_THREADS=1 .venv/bin/python -m bench.bench_metaschedule
 --trials 200 --seeds 3`` (options: ``--layers C2,C5,C8``, ``--tuner xgb``, ``--baseline-dir DIR``,
@@ -126,67 +126,80 @@ def match_trial(history: list, target: float | None) -> int | None:
     return next((i + 1 for i, h in enumerate(history) if h is not None and h <= target * 1.01), None)
 
 
-def render_json(path: Path, tuner: str, load: str) -> str:
-    """The section from an ``edgetune bench`` JSON holding ``metaschedule`` and edgetune tuners' runs."""
+def render_json(path: Path, tuners: list[str], load: str) -> str:
+    """The section from an ``edgetune bench`` JSON holding ``metaschedule`` and edgetune tuners' runs.
+
+    Every tuner in ``tuners`` is compared with ``metaschedule`` on the same layer and seed."""
     from toolkit.tuning.bench import BenchResult
     from toolkit.workloads import parse_workload
 
     res = BenchResult.load(path)
     env, settings = res.environment, res.settings
     runs = {(r.workload, r.seed, r.tuner): r for r in res.runs}
-    pairs = [(runs[(w, s, tuner)], runs[(w, s, "metaschedule")]) for (w, s, t) in runs
-             if t == tuner and (w, s, "metaschedule") in runs]
+    blocks = sorted({(w, s) for (w, s, t) in runs if t == "metaschedule"},
+                    key=lambda b: (int(b[0].split(".C")[-1]) if ".C" in b[0] else 0, b[1]))
     rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     lines = [
         SECTION, "",
-        f"Machine: {env['machine']}; 2 cores shared with other engineers' (untimed, mostly `nice`d) jobs; "
-        f"apache-tvm {env['tvm']}, float32 NCHW, batch 1, `TVM_NUM_THREADS=1`. Date: {env['date']}. "
-        f"1/5/15-min load averages: {load}.", "",
+        f"Machine: {env['machine']}; apache-tvm {env['tvm']}, float32 NCHW, batch 1, `TVM_NUM_THREADS=1`. "
+        f"Date: {env['date']}. 1/5/15-min load averages: {load}.", "",
         f"Command (under `flock /tmp/edgetune-timed.lock`): `{env['command']}` (= `python -m bench.headline "
         f"--settings local`); JSON: `{rel}`. Every tuner runs on every layer with every seed, "
         f"{settings['trials']} trials each, taking turns inside each layer/seed block, through one loopback "
         f"TVM RPC tracker + server, with the same `MeasureOptions` (`number=1, repeat=3, min_repeat_ms=0`, "
-        f"no output check) and the same 10 s build timeout; what differs between the two (RPC sessions, "
+        f"no output check) and the same 10 s build timeout; what differs between the tuners (RPC sessions, "
         f"batches) is in `docs/tuners.md` (metaschedule). GFLOPS = 2*MACs / best latency measured during "
-        f"tuning. Wall = the whole `tune()` call.", "",
-        f"| layer | seed | {tuner} GFLOPS | MS GFLOPS | {tuner} / MS | {tuner} trials to MS's best | "
-        f"MS trials to {tuner}'s best | {tuner} wall | MS wall | {tuner} wall / MS | invalid {tuner} / MS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"tuning. Wall = the whole `tune()` call. *trials to MS's best*: the first trial whose best-so-far is "
+        f"within 1 % of MetaSchedule's final best (and *MS trials to its best* the other way round).", "",
+        "| layer | seed | tuner | GFLOPS | vs MS | trials to MS's best | MS trials to its best | wall | wall / MS "
+        "| invalid |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    by_layer: dict[str, list] = {}
-    for e, m in pairs:
-        flops = parse_workload(e.workload).flops
-        eg, mg = flops / e.best() / 1e9, flops / m.best() / 1e9
-        by_layer.setdefault(e.workload, []).append((eg / mg, e.wall_s / m.wall_s))
-        te, tm = match_trial(e.history, m.best_seconds), match_trial(m.history, e.best_seconds)
-        lines.append(
-            f"| {e.workload.split('.')[-1]} | {e.seed} | {eg:.1f} | {mg:.1f} | {eg / mg:.2f}x | "
-            f"{te if te else 'never'} | {tm if tm else 'never'} | {e.wall_s / 60:.1f} min | {m.wall_s / 60:.1f} min | "
-            f"{e.wall_s / m.wall_s:.2f} | {e.invalid} / {m.invalid} |")
-    if pairs:
-        lines += ["", f"| layer | seeds | {tuner} / MS GFLOPS (geomean) | seeds with {tuner} higher | "
-                      f"{tuner} wall / MS (geomean) | GFLOPS target | wall target (<= 0.33) |", "|---|---|---|---|---|---|---|"]
-        for layer, vals in by_layer.items():
+    ratios: dict[str, dict[str, list[tuple[float, float]]]] = {t: {} for t in tuners}
+    for w, seed in blocks:
+        m = runs[(w, seed, "metaschedule")]
+        flops = parse_workload(w).flops
+        mg = flops / m.best() / 1e9
+        layer = w.split(".")[-1]
+        lines.append(f"| {layer} | {seed} | metaschedule | {mg:.1f} | 1.00x | - | - | {m.wall_s / 60:.1f} min | "
+                     f"1.00 | {m.invalid} |")
+        for t in tuners:
+            e = runs.get((w, seed, t))
+            if e is None:
+                continue
+            eg = flops / e.best() / 1e9
+            ratios[t].setdefault(layer, []).append((eg / mg, e.wall_s / m.wall_s))
+            te, tm = match_trial(e.history, m.best_seconds), match_trial(m.history, e.best_seconds)
+            lines.append(f"| {layer} | {seed} | {t} | {eg:.1f} | {eg / mg:.2f}x | {te if te else 'never'} | "
+                         f"{tm if tm else 'never'} | {e.wall_s / 60:.1f} min | {e.wall_s / m.wall_s:.2f} | "
+                         f"{e.invalid} |")
+    lines += ["", "| tuner | layer | seeds | GFLOPS / MS (geomean) | seeds higher than MS | wall / MS (geomean) | "
+                  "GFLOPS target | wall target (<= 0.33) |", "|---|---|---|---|---|---|---|---|"]
+    overall = []
+    for t in tuners:
+        for layer, vals in ratios[t].items():
             g = statistics.geometric_mean([v[0] for v in vals])
-            w = statistics.geometric_mean([v[1] for v in vals])
+            wall = statistics.geometric_mean([v[1] for v in vals])
             wins = sum(v[0] > 1 for v in vals)
-            lines.append(f"| {layer.split('.')[-1]} | {len(vals)} | {g:.2f}x | {wins} of {len(vals)} | {w:.2f} | "
-                         f"{'met' if wins == len(vals) else 'missed'} | {'met' if w <= 1 / 3 else 'missed'} |")
-        allv = [v for vals in by_layer.values() for v in vals]
-        lines += ["", f"Geometric mean over all pairs: {tuner} reaches "
-                      f"{statistics.geometric_mean([v[0] for v in allv]):.2f}x MetaSchedule's GFLOPS in "
-                      f"{statistics.geometric_mean([v[1] for v in allv]):.2f}x its wall time (target: > 1x GFLOPS on "
-                      "every layer and <= 0.33x wall)."]
+            lines.append(f"| {t} | {layer} | {len(vals)} | {g:.2f}x | {wins} of {len(vals)} | {wall:.2f} | "
+                         f"{'met' if wins == len(vals) else 'missed'} | {'met' if wall <= 1 / 3 else 'missed'} |")
+        allv = [v for vals in ratios[t].values() for v in vals]
+        if allv:
+            overall.append(f"`{t}` {statistics.geometric_mean([v[0] for v in allv]):.2f}x MetaSchedule's GFLOPS in "
+                           f"{statistics.geometric_mean([v[1] for v in allv]):.2f}x its wall time "
+                           f"({sum(v[0] > 1 for v in allv)} of {len(allv)} runs higher)")
+    lines += ["", "Geometric means over all layer/seed pairs: " + "; ".join(overall) +
+              ". Target: > 1x GFLOPS on every layer and <= 0.33x wall."]
     return "\n".join(lines) + "\n"
 
 
 def load_from_logs(logs: list[Path]) -> str:
-    """The 1/5/15-min load averages at the start and the end of each run log (its ``uptime`` lines)."""
+    """The 1/5/15-min load averages at the start and the end of each run log (its first and last ``uptime``)."""
     parts = []
     for log in logs:
-        found = re.findall(r"uptime (before|after):.*?load average: ([\d.]+), ([\d.]+), ([\d.]+)", log.read_text())
-        before = next((f"{a}/{b}/{c}" for when, a, b, c in found if when == "before"), "?")
-        after = next((f"{a}/{b}/{c}" for when, a, b, c in reversed(found) if when == "after"), "?")
+        found = re.findall(r"load average: ([\d.]+), ([\d.]+), ([\d.]+)", log.read_text())
+        before = "/".join(found[0]) if found else "?"
+        after = "/".join(found[-1]) if found else "?"
         parts.append(f"`{log.name}` {before} at the start, {after} at the end")
     return "; ".join(parts) or "not recorded"
 
@@ -203,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--layers", type=lambda s: s.split(","), default=list(LAYERS))
-    p.add_argument("--tuner", default="xgb", help="edgetune's tuner to compare with")
+    p.add_argument("--tuner", default="xgb", help="edgetune's tuner to compare with (--from-json: comma-separated)")
     p.add_argument("--baseline-dir", type=Path, default=None,
                    help="reuse <dir>/<layer>.jsonl logs of --tuner (seed 0) instead of tuning it again")
     p.add_argument("--note", dest="notes", action="append", default=[], help="a line added under the table")
@@ -214,8 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--notes-file", type=Path, help="with --from-json: markdown added under the tables")
     args = p.parse_args(argv)
     if args.from_json:
-        text = render_json(args.from_json, args.tuner,
-                           load_from_logs(args.load_log))
+        text = render_json(args.from_json, args.tuner.split(","), load_from_logs(args.load_log))
         if args.notes_file:
             text += "\n" + args.notes_file.read_text().rstrip("\n") + "\n"
         if args.no_doc:

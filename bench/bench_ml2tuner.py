@@ -387,8 +387,66 @@ def section(saved: dict, table: dict) -> str:
             cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
             verdict = ("yes" if faster and cleaner else "no") + f" (faster: {faster}, fewer/equal invalid: {cleaner})"
         lines.append(f"| {setting} | {len(common[setting])} | " + " | ".join(cells) + f" | {verdict} |")
-    lines += ["", ""]
+    lines += headline_section() + ["", ""]
     return "\n".join(lines)
+
+
+HEADLINE = {"pynq-own": OUT / "headline" / "pynq.json", "zcu102-tvm": OUT / "headline" / "zcu102.json"}
+"""The headline benches (``bench.headline``) that ran these tuners on two of the settings."""
+
+
+def headline_layers(path: Path) -> dict:
+    """An ``edgetune bench`` JSON as this module's per-layer results (``runs[tuner][seed]``)."""
+    from toolkit.tuning.bench import BenchResult
+
+    layers: dict = {}
+    for r in BenchResult.load(path).runs:
+        if r.tuner in TUNERS:
+            lr = layers.setdefault(r.workload.split(".")[-1], {"runs": {}})
+            lr["runs"].setdefault(r.tuner, {})[str(r.seed)] = {
+                "history": [h if h is not None else float("inf") for h in r.history], "invalid": r.invalid,
+                "wall_s": r.wall_s, "cpu_s": r.tuner_s}
+    return layers
+
+
+def headline_section() -> list[str]:
+    """The targets again, from the headline's runs (every tuner, every seed it ran)."""
+    found = {s: headline_layers(p) for s, p in HEADLINE.items() if p.exists()}
+    if not found:
+        return []
+    table = summarise(found)
+    lines = ["", "### The same targets from the headline runs", "",
+             "The headline (`python -m bench.headline`, section \"Headline: tuners side by side\") ran all four "
+             "tuners with the same seeds on pynq-own (`pynq.json`) and zcu102-tvm (`zcu102.json`), through "
+             "`edgetune bench` (the same replay); its runs, read with this section's definitions:", "",
+             "| setting | tuner | runs | invalid trials (mean/run) | fewer invalid than xgb (>= 75%) | trials to reach "
+             "xgb's best / budget (mean, median; <= 12%) | / xgb's own (mean) | never reached |",
+             "|---|---|---|---|---|---|---|---|"]
+    for setting, rows in table.items():
+        for name in TUNERS:
+            if name in rows:
+                t = rows[name]
+                inv = "-" if name == "xgb" else f"{t['invalid_reduction']:.1%} {_verdict(t['invalid_reduction'] >= 0.75)}"
+                reach = (f"{t['reach_over_budget']:.1%}, {t['reach_over_budget_median']:.1%}"
+                         + ("" if name == "xgb" else f" {_verdict(t['reach_over_budget'] <= 0.12)}"))
+                lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "
+                             f"{t['reach_over_xgb']:.1%} | {t['missed']} |")
+    lines += ["", "| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | beats both |", "|---|---|---|---|---|---|"]
+    trio = ("chameleon-ml2", "ml2tuner", "chameleon", "xgb")
+    for setting, layers in found.items():
+        common = run_pairs(layers, trio)
+        if not common:
+            continue
+        rows = summarise({setting: layers}, {setting: common})[setting]
+        c = rows["chameleon-ml2"]
+        parents = [rows["ml2tuner"], rows["chameleon"]]
+        faster = all(c["reach_over_budget"] < p["reach_over_budget"] for p in parents)
+        cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
+        cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv"
+                 for n in ("chameleon-ml2", "ml2tuner", "chameleon")]
+        lines.append(f"| {setting} | {len(common)} | " + " | ".join(cells) + f" | {'yes' if faster and cleaner else 'no'}"
+                     f" (faster: {faster}, fewer/equal invalid: {cleaner}) |")
+    return lines
 
 
 def results_path(setting: str) -> Path:

@@ -40,7 +40,7 @@ SETTINGS: dict[str, dict] = {
                "layers": [f"C{i}" for i in range(2, 12)], "tuners": VTA_TUNERS, "trials": 400, "seeds": 5},
     "local": {"title": "local CPU, real TVM builds and measurements",
               "args": ["--board", "local", "--no-replay"], "layers": ["C2", "C5", "C8"],
-              "tuners": "metaschedule,xgb", "trials": 200, "seeds": 3},
+              "tuners": "metaschedule,xgb,chameleon,ml2tuner", "trials": 200, "seeds": 3},
 }
 
 INTRO = f"""{SECTION}

@@ -56,6 +56,13 @@ class TestML2TunerWithoutCompiler(TunerConformance):
     tuner_factory = staticmethod(lambda seed: ML2Tuner(seed=seed, plan_size=16, alpha=1, **FAST))
 
 
+class TestChameleonML2EliteStarts(TunerConformance):
+    """chameleon-ml2 whose PPO episodes partly start at the best measured configs."""
+
+    tuner_factory = staticmethod(lambda seed: with_compiler(make_tuner(
+        "chameleon-ml2", seed=seed, plan_size=16, alpha=1, episodes=8, max_steps=30, max_rounds=100, rl_elite=0.5)))
+
+
 def planted_space() -> ConfigSpace:
     """3 split knobs and a thread knob: 7 * 10 * 9 * 2 = 1260 configs."""
     return ConfigSpace([SplitKnob("a", 64, 2), SplitKnob("b", 48, 2), SplitKnob("c", 36, 2),

@@ -39,7 +39,7 @@ from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.sa import SimulatedAnnealing
 from toolkit.tuning.sampling import cardinal_knobs, select_k
 from toolkit.tuning.tuners.base import Option, TuningContext, register
-from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, RL_OPTIONS, SAMPLING_OPTIONS, _RLMixin
+from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, PLUS_OPTIONS, RL_OPTIONS, SAMPLING_OPTIONS, _RLMixin
 from toolkit.tuning.tuners.xgb import XGBTuner
 from toolkit.tuning.validity import ValidityModel
 
@@ -376,6 +376,7 @@ class ChameleonML2Tuner(ML2Tuner):
         **MODEL_OPTIONS,
         **RL_OPTIONS,
         **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
+        **{k: PLUS_OPTIONS[k] for k in ("rl_elite", "rl_elite_top")},
         "plan_size": Option(16, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
         "fill_to_n": Option(True, "after one config per cluster, ModelA's best other survivors fill the round up "
                             "to N (False: k configs per round, Chameleon's adaptive count; more rounds)", bool),
@@ -387,6 +388,19 @@ class ChameleonML2Tuner(ML2Tuner):
 
     def _make_optimizer(self) -> Any:
         return _RLMixin._make_optimizer(self)
+
+    def _explore(self, num: int, exclude: set[int]) -> list[int]:
+        """The RL agent's candidates; with ``rl_elite`` a share of its episodes start at the best measured configs."""
+        p = self.params
+        if self.model is None or not p["rl_elite"]:
+            return super()._explore(num, exclude)
+        ys = np.asarray(self.ys)
+        elite = [self.xs[i] for i in np.argsort(-ys, kind="stable")[:p["rl_elite_top"]] if ys[i] > 0]
+        found = [int(i) for i in self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng,
+                                                              elite=elite)]
+        if len(found) < num:
+            found += self.space.sample(num - len(found), self.rng, exclude=exclude | set(found))
+        return found
 
     def _choose(self, alive: list[int]) -> list[int]:
         """One config per k-means cluster of the survivors: the cluster member ModelA rates best."""
