@@ -126,7 +126,7 @@ def match_trial(history: list, target: float | None) -> int | None:
     return next((i + 1 for i, h in enumerate(history) if h is not None and h <= target * 1.01), None)
 
 
-def render_json(path: Path, tuners: list[str], load: str) -> str:
+def render_json(path: Path, tuners: list[str], load: str, heading: str = SECTION) -> str:
     """The section from an ``edgetune bench`` JSON holding ``metaschedule`` and edgetune tuners' runs.
 
     Every tuner in ``tuners`` is compared with ``metaschedule`` on the same layer and seed."""
@@ -140,7 +140,7 @@ def render_json(path: Path, tuners: list[str], load: str) -> str:
                     key=lambda b: (int(b[0].split(".C")[-1]) if ".C" in b[0] else 0, b[1]))
     rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     lines = [
-        SECTION, "",
+        heading, "",
         f"Machine: {env['machine']}; apache-tvm {env['tvm']}, float32 NCHW, batch 1, `TVM_NUM_THREADS=1`. "
         f"Date: {env['date']}. 1/5/15-min load averages: {load}.", "",
         f"Command (under `flock /tmp/edgetune-timed.lock`): `{env['command']}` (= `python -m bench.headline "
@@ -221,13 +221,20 @@ def main(argv: list[str] | None = None) -> None:
                    help="reuse <dir>/<layer>.jsonl logs of --tuner (seed 0) instead of tuning it again")
     p.add_argument("--note", dest="notes", action="append", default=[], help="a line added under the table")
     p.add_argument("--no-doc", action="store_true", help="print the section instead of writing docs/benchmarks.md")
-    p.add_argument("--from-json", type=Path, help="write the section from this edgetune bench JSON (no tuning)")
+    p.add_argument("--from-json", type=Path, action="append", default=[],
+                   help="write the section from this edgetune bench JSON (no tuning); repeatable: each further "
+                        "JSON gets a subsection")
     p.add_argument("--load-log", type=Path, action="append", default=[],
-                   help="with --from-json: a run's log, for its 'uptime before/after' lines (repeatable)")
+                   help="with --from-json: each JSON's run log (in the same order), for its first and last "
+                        "'load average'")
     p.add_argument("--notes-file", type=Path, help="with --from-json: markdown added under the tables")
     args = p.parse_args(argv)
     if args.from_json:
-        text = render_json(args.from_json, args.tuner.split(","), load_from_logs(args.load_log))
+        logs = args.load_log + [None] * len(args.from_json)
+        parts = [render_json(js, args.tuner.split(","), load_from_logs([log] if log else []),
+                             SECTION if i == 0 else f"### Also: `{js.name}`")
+                 for i, (js, log) in enumerate(zip(args.from_json, logs))]
+        text = "\n".join(parts)
         if args.notes_file:
             text += "\n" + args.notes_file.read_text().rstrip("\n") + "\n"
         if args.no_doc:

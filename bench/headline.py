@@ -26,7 +26,7 @@ OUT = ROOT / "bench" / "out" / "headline"
 IMG = ROOT / "docs" / "img"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Headline: tuners side by side"
-VTA_TUNERS = "random,xgb,chameleon,ml2tuner,chameleon-ml2"
+VTA_TUNERS = "random,xgb,chameleon,chameleon+,ml2tuner,chameleon-ml2"
 CACHES = ("bench/out/headline-cache", "bench/out/tuning-cache", "bench/out/ml2-cache")
 """Exhaustive simulator logs are looked up here (other benchmarks' caches included); missing ones are built
 in the first folder."""
@@ -90,6 +90,8 @@ def write_section() -> None:
         if js.exists():   # the tables are rebuilt from the JSON, so they follow toolkit.report's format
             result = BenchResult.load(js)
             title = SETTINGS.get(name.split("-")[0], {}).get("title")
+            if title and name not in SETTINGS:   # a second table of a setting (--suffix)
+                title = f"{title} ({name}.json)"
             png = IMG / f"headline_{name}.png"
             plot_bench(result, png)
             parts.append(bench_markdown(result, title, f"img/{png.name}"))
