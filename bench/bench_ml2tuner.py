@@ -365,28 +365,9 @@ def section(saved: dict, table: dict) -> str:
                 lines.append(f"| {setting} | `{name}` | {t['invalid_reduction']:.1%} "
                              f"{_verdict(t['invalid_reduction'] >= 0.75)} | {t['reach_over_budget']:.1%} "
                              f"{_verdict(t['reach_over_budget'] <= 0.12)} | {ratio:.3f} {_verdict(ratio <= 0.9)} |")
-    trio = ("chameleon-ml2", "ml2tuner", "chameleon", "xgb")
-    common = {s: run_pairs(saved[s]["layers"], trio) for s in table}
-    common_table = summarise({s: saved[s]["layers"] for s in table}, common)
     lines += ["", "`chameleon-ml2` against its parents, on the (layer, seed) runs all three (and `xgb`) share (trials "
-              "to reach xgb's best / budget, mean; invalid trials per run):", "",
-              "| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | beats both |", "|---|---|---|---|---|---|"]
-    for setting in table:
-        rows = common_table[setting]
-        if not common[setting]:
-            if "chameleon-ml2" in table[setting]:
-                lines.append(f"| {setting} | 0 | - | - | - | not comparable (a parent was not run) |")
-            continue
-        c, parents = rows["chameleon-ml2"], [rows[n] for n in ("ml2tuner", "chameleon") if n in rows]
-        cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv" if n in rows else "not run"
-                 for n in ("chameleon-ml2", "ml2tuner", "chameleon")]
-        if len(parents) < 2:
-            verdict = "not comparable (a parent was not run)"
-        else:
-            faster = all(c["reach_over_budget"] < p["reach_over_budget"] for p in parents)
-            cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
-            verdict = ("yes" if faster and cleaner else "no") + f" (faster: {faster}, fewer/equal invalid: {cleaner})"
-        lines.append(f"| {setting} | {len(common[setting])} | " + " | ".join(cells) + f" | {verdict} |")
+              "to reach xgb's best / budget, mean; invalid trials per run):", ""]
+    lines += parents_table({s: saved[s]["layers"] for s in table})
     lines += headline_section() + ["", ""]
     return "\n".join(lines)
 
@@ -407,6 +388,26 @@ def headline_layers(path: Path) -> dict:
                 "history": [h if h is not None else float("inf") for h in r.history], "invalid": r.invalid,
                 "wall_s": r.wall_s, "cpu_s": r.tuner_s}
     return layers
+
+
+def parents_table(layers_by_setting: dict[str, dict]) -> list[str]:
+    """Per setting, ``chameleon-ml2`` against ``ml2tuner`` and ``chameleon`` on the runs all of them and ``xgb`` share."""
+    names = ("chameleon-ml2", "ml2tuner", "chameleon")
+    lines = ["| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | beats both |", "|---|---|---|---|---|---|"]
+    for setting, layers in layers_by_setting.items():
+        common = run_pairs(layers, (*names, "xgb"))
+        if not common:
+            if "chameleon-ml2" in summarise({setting: layers})[setting]:
+                lines.append(f"| {setting} | 0 | - | - | - | not comparable (a parent was not run) |")
+            continue
+        rows = summarise({setting: layers}, {setting: common})[setting]
+        c, parents = rows["chameleon-ml2"], [rows["ml2tuner"], rows["chameleon"]]
+        faster = all(c["reach_over_budget"] < p["reach_over_budget"] for p in parents)
+        cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
+        cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv" for n in names]
+        lines.append(f"| {setting} | {len(common)} | " + " | ".join(cells) + f" | {'yes' if faster and cleaner else 'no'}"
+                     f" (faster: {faster}, fewer/equal invalid: {cleaner}) |")
+    return lines
 
 
 def headline_section() -> list[str]:
@@ -431,22 +432,7 @@ def headline_section() -> list[str]:
                          + ("" if name == "xgb" else f" {_verdict(t['reach_over_budget'] <= 0.12)}"))
                 lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "
                              f"{t['reach_over_xgb']:.1%} | {t['missed']} |")
-    lines += ["", "| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | beats both |", "|---|---|---|---|---|---|"]
-    trio = ("chameleon-ml2", "ml2tuner", "chameleon", "xgb")
-    for setting, layers in found.items():
-        common = run_pairs(layers, trio)
-        if not common:
-            continue
-        rows = summarise({setting: layers}, {setting: common})[setting]
-        c = rows["chameleon-ml2"]
-        parents = [rows["ml2tuner"], rows["chameleon"]]
-        faster = all(c["reach_over_budget"] < p["reach_over_budget"] for p in parents)
-        cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
-        cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv"
-                 for n in ("chameleon-ml2", "ml2tuner", "chameleon")]
-        lines.append(f"| {setting} | {len(common)} | " + " | ".join(cells) + f" | {'yes' if faster and cleaner else 'no'}"
-                     f" (faster: {faster}, fewer/equal invalid: {cleaner}) |")
-    return lines
+    return lines + [""] + parents_table(found)
 
 
 def results_path(setting: str) -> Path:

@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from toolkit.boards import resolve_board, with_vta_preset
-from toolkit.tuning.bench import BenchResult, expand_workloads, run_bench
+from toolkit.tuning.bench import BenchResult, expand_workloads, geomean, run_bench
 
 from bench.headline import CACHES, OUT, SETTINGS
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         for t in ("ml2tuner", "chameleon-ml2"):
             ratios[t].append(ttm[(t, *key)] / ref)
     print(json.dumps({"setting": args.setting, "options": json.loads(args.options), "runs": len(ratios["variant"]),
-                      **{k: round(geomean(v), 4) for k, v in ratios.items()}}))
+                      **{k: geomean(v) for k, v in ratios.items()}}))
 
 
 if __name__ == "__main__":

@@ -113,14 +113,16 @@ class _RLMixin(_ModelMixin):
             elite_share=p.get("rl_elite", 0.0),
         )
 
-    def _find_candidates(self, num: int) -> list[int]:
-        p = self.params
-        if not p.get("rl_elite", 0.0):
-            return super()._find_candidates(num)
+    def _elite(self) -> list[int]:
+        """The best measured configs that ``rl_elite`` of the PPO episodes start from (none when off)."""
+        if not self.params.get("rl_elite", 0.0):
+            return []
         ys = np.asarray(self.ys)
-        order = np.argsort(-ys, kind="stable")[:p["rl_elite_top"]]
-        elite = [self.xs[i] for i in order if ys[i] > 0]
-        return self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng, elite=elite)
+        return [self.xs[i] for i in np.argsort(-ys, kind="stable")[:self.params["rl_elite_top"]] if ys[i] > 0]
+
+    def _find_candidates(self, num: int) -> list[int]:
+        return self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng,
+                                            elite=self._elite())
 
     def stats(self) -> dict[str, float]:
         rewards = self.optimizer.mean_rewards

@@ -118,10 +118,14 @@ class ML2Tuner(XGBTuner):
         """Up to ``num`` candidates outside ``exclude``, best first (random while ModelP is unfitted)."""
         if self.model is None:
             return self.space.sample(num, self.rng, exclude=exclude)
-        found = self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng)
+        found = self._search(num, exclude)
         if len(found) < num:  # the annealer saw too few distinct points: top up at random
             found += self.space.sample(num - len(found), self.rng, exclude=exclude | set(found))
         return [int(i) for i in found]
+
+    def _search(self, num: int, exclude: set[int]) -> list[int]:
+        """The explorer's best ``num`` candidates by ModelP outside ``exclude``."""
+        return self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng)
 
     # -- compile-time features ------------------------------------------------------------------
     def _compile(self, indices: Sequence[int]) -> list[int]:
@@ -389,18 +393,10 @@ class ChameleonML2Tuner(ML2Tuner):
     def _make_optimizer(self) -> Any:
         return _RLMixin._make_optimizer(self)
 
-    def _explore(self, num: int, exclude: set[int]) -> list[int]:
+    def _search(self, num: int, exclude: set[int]) -> list[int]:
         """The RL agent's candidates; with ``rl_elite`` a share of its episodes start at the best measured configs."""
-        p = self.params
-        if self.model is None or not p["rl_elite"]:
-            return super()._explore(num, exclude)
-        ys = np.asarray(self.ys)
-        elite = [self.xs[i] for i in np.argsort(-ys, kind="stable")[:p["rl_elite_top"]] if ys[i] > 0]
-        found = [int(i) for i in self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng,
-                                                              elite=elite)]
-        if len(found) < num:
-            found += self.space.sample(num - len(found), self.rng, exclude=exclude | set(found))
-        return found
+        return self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng,
+                                            elite=_RLMixin._elite(self))
 
     def _choose(self, alive: list[int]) -> list[int]:
         """One config per k-means cluster of the survivors: the cluster member ModelA rates best."""
