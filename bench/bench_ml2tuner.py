@@ -266,9 +266,9 @@ def _verdict(ok: bool) -> str:
 def section(saved: dict, table: dict) -> str:
     cpu = platform.processor() or platform.machine()
     lines = [SECTION, "", f"Machine: {platform.node()} ({cpu}, 2 cores shared with other jobs, runs under "
-             f"`nice -n 10`; load average 10-13 during the runs, so wall time was up to ~10x the CPU time "
-             f"listed), Python {platform.python_version()}. Commands (in order; several ran in parallel on "
-             f"different settings/layers, merging into one results file per setting) and dates:", ""]
+             f"`nice`, beside other replays, so wall time was up to ~10x the CPU time listed), Python "
+             f"{platform.python_version()}. Commands (in order; several ran in parallel on different "
+             f"settings/layers, merging into one results file per setting) and dates:", ""]
     for s, v in saved.items():
         for c in v["commands"]:
             lines.append(f"- `{c['cmd']}` ({c['date']})")
@@ -295,7 +295,7 @@ def section(saved: dict, table: dict) -> str:
                 cut.append(f"{s} `{name}`: " + ", ".join(parts))
         missing = [n for n in TUNERS if n not in _coverage(v["layers"])]
         if missing:
-            cut.append(f"{s}: " + ", ".join(f"`{n}`" for n in missing) + " not run")
+            cut.append(f"{s}: " + ", ".join(f"`{n}`" for n in missing) + " not in these results")
     missing_settings = [s for s in SETTINGS if s not in saved]
     cut += [f"{s}: not run" for s in missing_settings]
     lines += ["", "**Cut from the plan (4 settings x C2-C11 x 5 seeds x 4 tuners x 400 trials):** "
@@ -365,9 +365,13 @@ def section(saved: dict, table: dict) -> str:
                 lines.append(f"| {setting} | `{name}` | {t['invalid_reduction']:.1%} "
                              f"{_verdict(t['invalid_reduction'] >= 0.75)} | {t['reach_over_budget']:.1%} "
                              f"{_verdict(t['reach_over_budget'] <= 0.12)} | {ratio:.3f} {_verdict(ratio <= 0.9)} |")
-    lines += ["", "`chameleon-ml2` against its parents, on the (layer, seed) runs all three (and `xgb`) share (trials "
-              "to reach xgb's best / budget, mean; invalid trials per run):", ""]
-    lines += parents_table({s: saved[s]["layers"] for s in table})
+    parents = parents_table({s: saved[s]["layers"] for s in table})
+    if len(parents) > 2:
+        lines += ["", "`chameleon-ml2` against its parents, on the (layer, seed) runs all three (and `xgb`) share "
+                  "(trials to reach xgb's best / budget, mean; invalid trials per run):", "", *parents]
+    else:
+        lines += ["", "`chameleon-ml2` is compared with its parents on the headline runs (next section: every "
+                  "tuner, 5 seeds, the same replay)."]
     lines += headline_section() + ["", ""]
     return "\n".join(lines)
 

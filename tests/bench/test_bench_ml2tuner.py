@@ -46,6 +46,7 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
     text = bm.section({"pynq-tvm": saved}, {"pynq-tvm": table})
     assert "pynq-tvm `ml2tuner`: layers C9 only, fewer than 5 seeds on C9" in text  # what was cut is said
     assert "| pynq-tvm | `ml2tuner` | 100.0% **met** | 50.0% **missed** | 0.400 **met** |" in text
+    assert "`chameleon-ml2` is compared with its parents on the headline runs" in text  # none of its own here
 
 
 def test_trials_to_reach_counts_from_one_and_tolerates_rounding():

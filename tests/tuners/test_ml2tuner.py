@@ -47,7 +47,14 @@ FAST = {"sa_chains": 32, "sa_steps": 100, "max_rounds": 100}
 
 
 class TestML2Tuner(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: with_compiler(ML2Tuner(seed=seed, plan_size=16, alpha=3, **FAST)))
+    tuner_factory = staticmethod(lambda seed: with_compiler(ML2Tuner(seed=seed, **FAST)))
+
+
+class TestML2TunerPaperPipeline(TunerConformance):
+    """The paper's pipeline: ModelP on trials only, no post-compile validity model, the old round size."""
+
+    tuner_factory = staticmethod(lambda seed: with_compiler(ML2Tuner(
+        seed=seed, plan_size=16, alpha=3, p_from_a="no", v_hidden=False, **FAST)))
 
 
 class TestML2TunerWithoutCompiler(TunerConformance):
@@ -129,3 +136,48 @@ def test_planted_invalid_region_is_avoided_after_a_few_rounds():
 class TestChameleonML2(TunerConformance):
     tuner_factory = staticmethod(lambda seed: with_compiler(
         make_tuner("chameleon-ml2", seed=seed, plan_size=16, alpha=3, episodes=8, max_steps=30, max_rounds=100)))
+
+
+
+def _agreement(tuner: ML2Tuner) -> float:
+    """Spearman correlation of ModelP's and ModelA's scores on the compiled configs not measured,
+    both refitted on everything so far (as the next round would)."""
+    from scipy.stats import spearmanr
+
+    tuner._fit_a()
+    tuner._fit()
+    extra = [i for i in tuner.hidden if i not in set(tuner.xs)]
+    assert len(extra) > 50
+    return float(spearmanr(tuner.model.predict(tuner._features(extra)),
+                           tuner.model_a.predict(tuner._features_a(extra))).statistic)
+
+
+def test_model_p_learns_model_a_predictions():
+    """With ``p_from_a`` ModelP is also fitted on ModelA's predictions (rescaled to throughput) for the
+    compiled, unmeasured candidates, so it ranks them as ModelA does; without it ModelP knows only the
+    trials. (Regression loss: the pairwise-rank loss with AutoTVM's early stopping fits only the top.)"""
+    taught = make_tuner("ml2tuner", seed=0, loss="reg", p_from_a="yes", **FAST)
+    alone = make_tuner("ml2tuner", seed=0, loss="reg", p_from_a="no", **FAST)
+    run_planted(taught, 64)
+    run_planted(alone, 64)
+    assert _agreement(taught) > 0.7
+    assert _agreement(alone) < _agreement(taught) - 0.3
+
+
+def test_model_p_learns_from_model_a_by_default_only_with_a_time_model():
+    """``p_from_a="auto"``: only when the compiler reports ``time.*`` terms (VTA), which give ModelA its
+    time model; plain boosted trees on other compile features are not taught to ModelP."""
+    plain = make_tuner("ml2tuner", seed=0, **FAST)
+    run_planted(plain, 16)
+    assert not plain._p_from_a()
+    timed = make_tuner("ml2tuner", seed=0, **FAST)
+    space = planted_space()
+
+    def with_time(idx):
+        return [f if isinstance(f, MeasureResult) else {**f, "time.compute": f["uops"] * 2.0}
+                for f in planted_compile(space, idx)]
+
+    timed.setup(TuningContext(space=space, compile_features=with_time, extra={"flops": 1e9}))
+    timed.update([planted_measure(space, i) for i in timed.propose(8)])
+    timed.propose(8)  # the second round compiles and reads the time terms
+    assert timed._p_from_a()

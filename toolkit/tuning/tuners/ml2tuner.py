@@ -16,7 +16,10 @@ unmeasured candidates; ModelV drops the predicted-invalid ones; the rest are com
 their features (a compile failure is recorded as an invalid config **without a trial** and kept as
 a free negative label for ModelV); ModelA ranks the survivors and the top ``N`` are measured
 (fewer than ``N`` survivors: more explorer batches, then random configs, then ModelV's likeliest
-rejects top the round up); all three models are refitted before the next round. ``N`` is the
+rejects top the round up); all three models are refitted before the next round, ModelA first so
+that ModelP can also learn ModelA's predictions for the compiled, unmeasured configs (``p_from_a``,
+an edgetune addition, by default where the compiler reports time terms: the explorer then searches
+with what the compiler revealed). ``N`` is the
 ``plan_size`` option.
 
 ``chameleon-ml2`` replaces the explorer by Chameleon's reinforcement-learning search and keeps its
@@ -34,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
+from toolkit.tuning.advanced_model import TIME_PREFIX, AdvancedCostModel, time_columns
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.sa import SimulatedAnnealing
 from toolkit.tuning.sampling import cardinal_knobs, select_k
@@ -60,8 +63,8 @@ class ML2Tuner(XGBTuner):
     name = "ml2tuner"
     options = {
         **XGBTuner.options,
-        "plan_size": Option(16, "N: configs measured per round; all three models are refitted every round", int),
-        "alpha": Option(3, "the explorer proposes (alpha + 1) * N candidates per round", int),
+        "plan_size": Option(8, "N: configs measured per round; all three models are refitted every round", int),
+        "alpha": Option(7, "the explorer proposes (alpha + 1) * N candidates per round", int),
         "epsilon": Option(0.0, "fraction of each round drawn at random (still filtered by ModelV and the compiler)",
                           float),
         "precision": Option(0.9, "ModelV threshold: smallest with cross-validated precision of 'valid' >= this",
@@ -78,6 +81,9 @@ class ML2Tuner(XGBTuner):
                                  bool),
         "a_invalid": Option("zero", "invalid trials in ModelA's training set: zero (throughput 0) or drop", str,
                             ("zero", "drop")),
+        "p_from_a": Option("auto", "ModelP also learns ModelA's predictions for the compiled, unmeasured configs, so "
+                           "the explorer searches with what the compiler revealed: yes, no, or auto (only when ModelA "
+                           "has a time model on the compiler's time terms, as on VTA)", str, ("auto", "yes", "no")),
         "use_a": Option(True, "rank survivors with ModelA (False: with ModelP, the ablation without hidden features)",
                         bool),
     }
@@ -107,12 +113,28 @@ class ML2Tuner(XGBTuner):
                                   min_score=None)
 
     def _fit(self) -> None:
-        """ModelP on the trials (failed = 0) and, optionally, the free negatives (0)."""
+        """ModelP on the trials (failed = 0), optionally the free negatives (0) and ModelA's predictions."""
         xs, ys = list(self.xs), list(self.ys)
         if self.params["negatives_in_p"]:
             xs += sorted(self.failed)
             ys += [0.0] * len(self.failed)
+        if self._p_from_a() and self.model_a is not None:
+            done = set(self.xs)
+            extra = [i for i in self.hidden if i not in done]
+            if extra:
+                xs += extra
+                pred = self.model_a.predict(self._features_a(extra)) * self.model_a.y_max_  # back to throughput
+                ys += [float(v) for v in np.maximum(pred, 0.0)]
         self.model = self._make_model().fit(self._features(xs), np.asarray(ys))
+
+    def _p_from_a(self) -> bool:
+        """Whether ModelP learns ModelA's predictions: ``auto`` when the compiler reports time terms
+        (ModelA's time model; plain boosted trees on a CPU template's TIR features taught ModelP their
+        own mistakes: a local run stuck at 0.73x MetaSchedule's speed, docs/tuners.md)."""
+        choice = self.params["p_from_a"]
+        if choice == "auto":
+            return any(k.startswith(TIME_PREFIX) for k in self.hidden_keys)
+        return choice == "yes"
 
     def _explore(self, num: int, exclude: set[int]) -> list[int]:
         """Up to ``num`` candidates outside ``exclude``, best first (random while ModelP is unfitted)."""
@@ -292,11 +314,14 @@ class ML2Tuner(XGBTuner):
         """Refit the models on everything so far and build the next round's measurement list."""
         n = self.params["plan_size"]
         t0 = time.perf_counter()
+        if self._p_from_a():
+            self._fit_a()  # first: ModelP learns from it
         if self.flops_max > 1e-6:
             self._fit()
             self.train_ct += 1
         self._fit_v()
-        self._fit_a()
+        if not self._p_from_a():
+            self._fit_a()
         t1 = time.perf_counter()
         exclude = self.visited | self.failed
         cands = self._explore((self.params["alpha"] + 1) * n, exclude)
@@ -381,7 +406,7 @@ class ChameleonML2Tuner(ML2Tuner):
         **RL_OPTIONS,
         **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
         **{k: PLUS_OPTIONS[k] for k in ("rl_elite", "rl_elite_top")},
-        "plan_size": Option(16, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
+        "plan_size": Option(8, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
         "fill_to_n": Option(True, "after one config per cluster, ModelA's best other survivors fill the round up "
                             "to N (False: k configs per round, Chameleon's adaptive count; more rounds)", bool),
     }
