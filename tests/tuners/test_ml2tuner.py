@@ -138,7 +138,6 @@ class TestChameleonML2(TunerConformance):
         make_tuner("chameleon-ml2", seed=seed, plan_size=16, alpha=3, episodes=8, max_steps=30, max_rounds=100)))
 
 
-
 def _agreement(tuner: ML2Tuner) -> float:
     """Spearman correlation of ModelP's and ModelA's scores on the compiled configs not measured,
     both refitted on everything so far (as the next round would)."""

@@ -19,8 +19,7 @@ a free negative label for ModelV); ModelA ranks the survivors and the top ``N`` 
 rejects top the round up); all three models are refitted before the next round, ModelA first so
 that ModelP can also learn ModelA's predictions for the compiled, unmeasured configs (``p_from_a``,
 an edgetune addition, by default where the compiler reports time terms: the explorer then searches
-with what the compiler revealed). ``N`` is the
-``plan_size`` option.
+with what the compiler revealed). ``N`` is the ``plan_size`` option.
 
 ``chameleon-ml2`` replaces the explorer by Chameleon's reinforcement-learning search and keeps its
 adaptive sampling: the RL candidates pass ModelV and the compiler, are clustered on the cardinal
@@ -314,13 +313,14 @@ class ML2Tuner(XGBTuner):
         """Refit the models on everything so far and build the next round's measurement list."""
         n = self.params["plan_size"]
         t0 = time.perf_counter()
-        if self._p_from_a():
-            self._fit_a()  # first: ModelP learns from it
+        a_first = self._p_from_a()
+        if a_first:
+            self._fit_a()  # ModelP learns from it
         if self.flops_max > 1e-6:
             self._fit()
             self.train_ct += 1
         self._fit_v()
-        if not self._p_from_a():
+        if not a_first:
             self._fit_a()
         t1 = time.perf_counter()
         exclude = self.visited | self.failed
