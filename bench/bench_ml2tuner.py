@@ -394,21 +394,37 @@ def headline_layers(path: Path) -> dict:
     return layers
 
 
+def reach_difference(layers: dict, pairs: set[tuple[str, str]], a: str, b: str) -> tuple[float, float]:
+    """Mean and standard error of ``a``'s minus ``b``'s trials to reach xgb's best / budget, paired by run."""
+    diffs = []
+    for layer, seed in pairs:
+        runs = layers[layer]["runs"]
+        hist = runs["xgb"][seed]["history"]
+        budget = len(hist)
+        reach = [(trials_to_reach(runs[t][seed]["history"], min(hist)) or budget) / budget for t in (a, b)]
+        diffs.append(reach[0] - reach[1])
+    se = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else float("nan")
+    return float(np.mean(diffs)), se
+
+
 def parents_table(layers_by_setting: dict[str, dict]) -> list[str]:
     """Per setting, ``chameleon-ml2`` against ``ml2tuner`` and ``chameleon`` on the runs all of them and ``xgb`` share."""
     names = ("chameleon-ml2", "ml2tuner", "chameleon")
-    lines = ["| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | beats both |", "|---|---|---|---|---|---|"]
+    lines = ["| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | chameleon-ml2 - ml2tuner (paired, +- s.e.) "
+             "| beats both |", "|---|---|---|---|---|---|---|"]
     for setting, layers in layers_by_setting.items():
         common = run_pairs(layers, (*names, "xgb"))
         if not common:
             if "chameleon-ml2" in summarise({setting: layers})[setting]:
-                lines.append(f"| {setting} | 0 | - | - | - | not comparable (a parent was not run) |")
+                lines.append(f"| {setting} | 0 | - | - | - | - | not comparable (a parent was not run) |")
             continue
         rows = summarise({setting: layers}, {setting: common})[setting]
         c, parents = rows["chameleon-ml2"], [rows["ml2tuner"], rows["chameleon"]]
         faster = all(c["reach_over_budget"] < p["reach_over_budget"] for p in parents)
         cleaner = all(c["invalid"] <= p["invalid"] for p in parents)
         cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv" for n in names]
+        diff, se = reach_difference(layers, common, "chameleon-ml2", "ml2tuner")
+        cells.append(f"{100 * diff:+.1f} +- {100 * se:.1f} points")
         lines.append(f"| {setting} | {len(common)} | " + " | ".join(cells) + f" | {'yes' if faster and cleaner else 'no'}"
                      f" (faster: {faster}, fewer/equal invalid: {cleaner}) |")
     return lines
@@ -436,7 +452,9 @@ def headline_section() -> list[str]:
                          + ("" if name == "xgb" else f" {_verdict(t['reach_over_budget'] <= 0.12)}"))
                 lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "
                              f"{t['reach_over_xgb']:.1%} | {t['missed']} |")
-    return lines + [""] + parents_table(found)
+    return lines + [""] + parents_table(found) + [
+        "", "Why `chameleon-ml2` trails `ml2tuner` and the variants measured against it: docs/tuners.md, "
+        "\"Where `chameleon-ml2` loses to `ml2tuner`\"."]
 
 
 def results_path(setting: str) -> Path:

@@ -52,3 +52,13 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
 def test_trials_to_reach_counts_from_one_and_tolerates_rounding():
     assert bm.trials_to_reach([5.0, 2.0, 1.0 + 1e-12], 1.0) == 3
     assert bm.trials_to_reach([5.0, 2.0], 1.0) is None
+
+
+def test_reach_difference_pairs_runs_and_counts_never_reached_as_the_budget():
+    xgb = [4.0, 3.0, 2.0, 1.0]  # best 1.0, budget 4
+    layers = {"C2": {"runs": {"xgb": {"0": _run(xgb), "1": _run(xgb)},
+                              "a": {"0": _run([1.0] * 4), "1": _run([2.0] * 4)},     # reach 1/4, never (4/4)
+                              "b": {"0": _run([2.0, 1.0, 1.0, 1.0]), "1": _run([3.0, 3.0, 1.0, 1.0])}}}}  # 2/4, 3/4
+    mean, se = bm.reach_difference(layers, {("C2", "0"), ("C2", "1")}, "a", "b")
+    assert mean == pytest.approx(0.0)  # (-1/4 + 1/4) / 2
+    assert se == pytest.approx(0.25)   # std of (-0.25, 0.25) with ddof 1 is 0.354; / sqrt(2)

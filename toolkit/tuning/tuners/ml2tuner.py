@@ -428,10 +428,11 @@ class ChameleonML2Tuner(ML2Tuner):
         if len(alive) <= 1:
             return list(alive)
         p = self.params
+        ranked = self._rank(alive)
         knobs = self.space.knob_indices_array(alive)
         points = knobs[:, cardinal_knobs(self.space.dims, p["n_cardinal"])].astype(np.float64)
         clus = select_k(points, self.rng, p["k_min"], p["k_max"], p["k_step"], p["k_threshold"], p["k_rule"])
-        rank = {i: j for j, i in enumerate(self._rank(alive))}
+        rank = {i: j for j, i in enumerate(ranked)}
         best: dict[int, int] = {}
         for i, label in zip(alive, clus.labels):
             if int(label) not in best or rank[i] < rank[best[int(label)]]:
@@ -440,7 +441,7 @@ class ChameleonML2Tuner(ML2Tuner):
         chosen = sorted(best.values(), key=rank.__getitem__)
         if p["fill_to_n"]:  # ModelA's best other survivors fill the round up to N
             picked = set(chosen)
-            chosen += [i for i in self._rank(alive) if i not in picked][: max(0, p["plan_size"] - len(chosen))]
+            chosen += [i for i in ranked if i not in picked][: max(0, p["plan_size"] - len(chosen))]
         return chosen
 
     def stats(self) -> dict[str, float]:
