@@ -183,6 +183,11 @@ def run_pairs(layers: dict, names: Sequence[str]) -> set[tuple[str, str]]:
             if all(k in lr["runs"][n] for n in names)}
 
 
+def reach(run: dict, xgb: dict) -> int | None:
+    """Trials ``run`` took to reach ``xgb``'s best (``xgb``: its run on the same layer and seed); None: never."""
+    return trials_to_reach(run["history"], min(xgb["history"]))
+
+
 def summarise(results: dict, pairs: dict[str, set] | None = None) -> dict:
     """Per setting and tuner, over its runs paired with ``xgb``'s (same layer and seed; restricted to
     ``pairs[setting]`` when given): mean invalid trials, reduction vs xgb, trials to reach xgb's best
@@ -207,9 +212,7 @@ def summarise(results: dict, pairs: dict[str, set] | None = None) -> dict:
                     inv_red.append(1 - inv_t / inv_x)
                 for k in seeds:
                     x, t = xs[k], ts[k]
-                    target = min(x["history"])
-                    n_t = trials_to_reach(t["history"], target)
-                    n_x = trials_to_reach(x["history"], target)
+                    n_t, n_x = reach(t, x), reach(x, x)
                     if n_t is None:
                         missed += 1
                         n_t = len(x["history"])
@@ -399,10 +402,10 @@ def reach_difference(layers: dict, pairs: set[tuple[str, str]], a: str, b: str) 
     diffs = []
     for layer, seed in pairs:
         runs = layers[layer]["runs"]
-        hist = runs["xgb"][seed]["history"]
-        budget = len(hist)
-        reach = [(trials_to_reach(runs[t][seed]["history"], min(hist)) or budget) / budget for t in (a, b)]
-        diffs.append(reach[0] - reach[1])
+        xgb = runs["xgb"][seed]
+        budget = len(xgb["history"])
+        share = [(reach(runs[t][seed], xgb) or budget) / budget for t in (a, b)]
+        diffs.append(share[0] - share[1])
     se = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else float("nan")
     return float(np.mean(diffs)), se
 

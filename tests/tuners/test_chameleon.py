@@ -72,6 +72,14 @@ def test_plus_starts_small_and_refits_every_batch() -> None:
     assert tuner.model.loss == "rank"
 
 
+def test_plus_never_proposes_past_its_next_refit() -> None:
+    tuner = ChameleonPlusTuner(seed=0, refit_every=3, **FAST_RL)
+    drive(tuner, 40, batch=8)
+    # the loop asks for 8; after the 16 initial configs the tuner gives 3 and refits: 16 + 8 x 3 = 40
+    assert tuner.stats()["fits"] == 1 + (40 - 16) // 3
+    assert len(tuner.propose(8)) == 3
+
+
 def test_spread_init_measures_the_spread_plan_first() -> None:
     from toolkit.testing.conformance import synthetic_space
     from toolkit.tuning.sampling import spread_sample

@@ -80,8 +80,8 @@ PLUS_OPTIONS = {
     "n_init": Option(0, "configs measured before the first fit; 0 = plan_size (AutoTVM, reference)", int),
     "init": Option("random", "initial configs: random (reference) or spread (nearest pool config to each k-means "
                    "centre of a random pool of 16 x n_init)", str, ("random", "spread")),
-    "refit_every": Option(0, "refit and re-plan after this many measurements; 0 = after the k sampled configs "
-                          "(reference)", int),
+    "refit_every": Option(0, "refit and re-plan after this many measurements (a round offers no more); 0 = after "
+                          "the k sampled configs (reference)", int),
     "rl_elite": Option(0.0, "share of PPO episodes started from the best measured configs (0: all random "
                        "starts, reference)", float),
     "rl_elite_top": Option(8, "elite starts cycle through this many best measured configs", int),
@@ -205,6 +205,8 @@ class ChameleonTuner(_SamplingMixin, _RLMixin):
         self._init_plan = spread_sample(self.space, n_init, self.rng) if p["init"] == "spread" else []
 
     def propose(self, n: int) -> list[int]:
+        if self.params["refit_every"] > 0:   # never propose past the next refit: it would use a stale model
+            n = min(n, max(1, self._next_update - len(self.xs)))
         out: list[int] = []
         while self.train_ct == 0 and self._init_plan and len(out) < n:
             index = self._init_plan.pop(0)
