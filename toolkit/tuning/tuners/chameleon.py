@@ -205,8 +205,8 @@ class ChameleonTuner(_SamplingMixin, _RLMixin):
         self._init_plan = spread_sample(self.space, n_init, self.rng) if p["init"] == "spread" else []
 
     def propose(self, n: int) -> list[int]:
-        if self.params["refit_every"] > 0:   # never propose past the next refit: it would use a stale model
-            n = min(n, max(1, self._next_update - len(self.xs)))
+        if self.params["refit_every"] > 0 and len(self.xs) < self._next_update:   # stop at the next refit
+            n = min(n, self._next_update - len(self.xs))
         out: list[int] = []
         while self.train_ct == 0 and self._init_plan and len(out) < n:
             index = self._init_plan.pop(0)
