@@ -8,10 +8,16 @@ budget and are reported as censored), and the geomean of ``xgb``'s trials over t
 ``ceiling``: an idealised model-based loop with no search error (what any search over this cost model
 could do): XGBoost on the knob features scores the whole space after every batch, and the batch is the
 best-predicted member of each k-means cluster of the top 64 (as ``representative=best``), best first.
+Keywords: ``n_init``, ``batch`` (configs between refits), ``loss``, ``init``, ``draw`` (the loop runs with
+seed ``seed + draw``, its initial configs and model seeds included, while the target stays the seed's
+``xgb`` run: a new sample of the loop's own luck) and ``features`` (``knob``, or ``compile``: knob + the recorded compile features,
+as the tuners' ``features=compile``).
 
     nice -n 10 .venv/bin/python bench/chameleon_explore.py replay --layers C2,C4,C5,C6,C8,C10 \\
         --budget 160 chameleon+ "chameleon+:rl_elite=0"
     nice -n 10 .venv/bin/python bench/chameleon_explore.py ceiling --seeds 5 '{"loss": "rank"}' '{"loss": "reg"}'
+    nice -n 10 .venv/bin/python bench/chameleon_explore.py ceiling --seeds 5 --budget 400 \
+        '{"batch": 1, "draw": 100}' '{"batch": 1, "features": "compile"}'
 """
 
 from __future__ import annotations
@@ -64,13 +70,16 @@ def replay(args: argparse.Namespace, ref: dict, layers: list[str], seeds: list[i
 
 
 def ceiling_run(space: Any, seconds: np.ndarray, target: float, seed: int, budget: int, n_init: int = 16,
-                batch: int = 8, loss: str = "rank", init: str = "random") -> int | None:
-    """Trials until a config within ``target`` is measured, by the idealised loop (None: not within budget)."""
+                batch: int = 8, loss: str = "rank", init: str = "random", draw: int = 0,
+                X: np.ndarray | None = None) -> int | None:
+    """Trials until a config within ``target`` is measured, by the idealised loop (None: not within budget).
+    ``X``: the model's features of every config (default: the knob features)."""
     from toolkit.tuning.cost_model import XGBCostModel
     from toolkit.tuning.sampling import cardinal_knobs, select_k, spread_sample
 
+    seed += draw
     rng = np.random.default_rng(seed)
-    X = space.features(np.arange(space.size))
+    X = space.features(np.arange(space.size)) if X is None else X
     y_all = np.where(np.isfinite(seconds), 1.0 / seconds, 0.0)
     measured = (spread_sample(space, n_init, rng) if init == "spread"
                 else [int(i) for i in rng.choice(space.size, n_init, replace=False)])
@@ -89,6 +98,17 @@ def ceiling_run(space: Any, seconds: np.ndarray, target: float, seed: int, budge
     return hits[0] + 1 if hits else None
 
 
+def compile_matrix(space: Any, records: list[Any]) -> np.ndarray:
+    """Knob features + the recorded compile features (``sim.*`` counters stripped; NaN where the build
+    failed) of every config: what ``features=compile`` gives the tuners."""
+    from toolkit.tuning.replay import compile_features_of
+
+    feats = [compile_features_of(r.features or {}) for r in records]
+    keys = sorted({k for f in feats for k in f})
+    comp = np.array([[f.get(k, np.nan) for k in keys] if f else [np.nan] * len(keys) for f in feats])
+    return np.hstack([space.features(np.arange(space.size)), comp])
+
+
 def ceiling(args: argparse.Namespace, ref: dict, layers: list[str], seeds: list[int]) -> None:
     from toolkit.tuning.replay import MeasurementCache
 
@@ -96,11 +116,14 @@ def ceiling(args: argparse.Namespace, ref: dict, layers: list[str], seeds: list[
     for lay in layers:
         cache = MeasurementCache.from_log(Path(args.cache_dir) / f"{lay}.jsonl")
         space = make_task(lay).space
-        seconds = np.array([cache.lookup(i).seconds for i in range(space.size)])
+        records = [cache.lookup(i) for i in range(space.size)]
+        seconds = np.array([r.seconds for r in records])
         for config in args.configs:
+            kwargs = json.loads(config)
+            X = compile_matrix(space, records) if kwargs.pop("features", "knob") == "compile" else None
             for s in seeds:
-                rows[config][lay].append(ceiling_run(space, seconds, ref[(lay, s)][0], s, args.budget,
-                                                     **json.loads(config)))
+                rows[config][lay].append(ceiling_run(space, seconds, ref[(lay, s)][0], s, args.budget, X=X,
+                                                     **kwargs))
     report(rows, ref, layers, seeds, args.budget)
 
 

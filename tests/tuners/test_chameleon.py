@@ -88,3 +88,51 @@ def test_spread_init_measures_the_spread_plan_first() -> None:
     drive(tuner, 0, batch=8)
     expected = spread_sample(synthetic_space(), 16, np.random.default_rng(3))
     assert tuner.propose(8) + tuner.propose(8) == expected
+
+
+def _with_synthetic_compiler(tuner):
+    """The conformance space with the ML2 tests' synthetic compiler (a "buffer overflow" fails to build)."""
+    from tests.tuners.test_ml2tuner import with_compiler
+
+    return with_compiler(tuner)
+
+
+class TestChameleonPlusCompileFeatures(TunerConformance):
+    tuner_factory = staticmethod(lambda seed: _with_synthetic_compiler(ChameleonPlusTuner(
+        seed=seed, episodes=16, max_steps=30, max_rounds=30, refit_every=24, features="compile")))
+
+
+def test_compile_features_join_the_knob_features_once_per_task() -> None:
+    from tests.tuners.test_ml2tuner import synthetic_compile
+    from toolkit.testing.conformance import synthetic_space
+    from toolkit.tuning.tuners.base import TuningContext
+
+    space = synthetic_space()
+    calls = []
+
+    def compile_features(idx):
+        calls.append(len(idx))
+        return synthetic_compile(space, idx)
+
+    tuner = make_tuner("xgb", seed=0, features="compile")
+    tuner.setup(TuningContext(space=space, compile_features=compile_features, extra={"flops": 1e9}))
+    feats = tuner._features(np.arange(space.size))
+    tuner._features([0, 1])
+    assert calls == [space.size]                       # the whole space, compiled once
+    n_knob = space.features([0]).shape[1]
+    built = [not isinstance(f, dict) for f in synthetic_compile(space, range(space.size))]
+    assert feats.shape[1] > n_knob
+    assert np.isnan(feats[built, n_knob:]).all() and not np.isnan(feats[~np.array(built), n_knob:]).any()
+
+
+def test_compile_features_need_a_compiler_and_a_small_space() -> None:
+    from toolkit.testing.conformance import synthetic_space
+    from toolkit.tuning.space import CategoricalKnob, ConfigSpace
+    from toolkit.tuning.tuners.base import TuningContext
+
+    tuner = make_tuner("chameleon+", seed=0, features="compile")
+    with pytest.raises(ConfigError, match="use features=knob"):   # at setup, before any trial
+        tuner.setup(TuningContext(space=synthetic_space()))
+    big = ConfigSpace([CategoricalKnob("a", list(range(100))), CategoricalKnob("b", list(range(100)))])
+    with pytest.raises(ConfigError, match="at most"):
+        tuner.setup(TuningContext(space=big, compile_features=lambda idx: [{} for _ in idx]))

@@ -180,3 +180,18 @@ def test_model_p_learns_from_model_a_by_default_only_with_a_time_model():
     timed.update([planted_measure(space, i) for i in timed.propose(8)])
     timed.propose(8)  # the second round compiles and reads the time terms
     assert timed._p_from_a()
+
+
+def test_a_round_smaller_than_the_loop_batch_still_refits_every_n_trials():
+    """``plan_size`` 4 with a loop asking for 8: each ask gets one round of 4, so the models are
+    refitted on every 4 new trials instead of twice on the same data."""
+    tuner = make_tuner("ml2tuner", seed=0, plan_size=4, alpha=3, **FAST)
+    space = planted_space()
+    tuner.setup(TuningContext(space=space, compile_features=lambda idx: planted_compile(space, idx),
+                              extra={"flops": 1e9}))
+    sizes = []
+    for _ in range(6):
+        ask = tuner.propose(8)
+        sizes.append(len(ask))
+        tuner.update([planted_measure(space, i) for i in ask])
+    assert sizes == [4] * 6 and tuner.stats()["rounds"] == 6

@@ -34,12 +34,13 @@ from toolkit.tuning.ppo import RLOptimizer
 from toolkit.tuning.sa import SimulatedAnnealing
 from toolkit.tuning.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample, spread_sample
 from toolkit.tuning.tuners.base import Option, TuningContext, register
-from toolkit.tuning.tuners.model_based import ModelBasedTuner
+from toolkit.tuning.tuners.model_based import FEATURE_OPTION, ModelBasedTuner
 
 MODEL_OPTIONS = {
     "loss": Option("reg", "cost-model loss: reg (Chameleon: regression on normalised throughput) or rank", str,
                    ("reg", "rank")),
     "max_rounds": Option(400, "upper bound on boosting rounds per fit (early stopping after 20 flat rounds)", int),
+    "features": FEATURE_OPTION,
 }
 
 RL_OPTIONS = {

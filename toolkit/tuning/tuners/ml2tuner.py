@@ -61,7 +61,7 @@ class ML2Tuner(XGBTuner):
 
     name = "ml2tuner"
     options = {
-        **XGBTuner.options,
+        **{k: v for k, v in XGBTuner.options.items() if k != "features"},   # ModelP: knob features
         "plan_size": Option(8, "N: configs measured per round; all three models are refitted every round", int),
         "alpha": Option(7, "the explorer proposes (alpha + 1) * N candidates per round", int),
         "epsilon": Option(0.0, "fraction of each round drawn at random (still filtered by ModelV and the compiler)",
@@ -343,9 +343,13 @@ class ML2Tuner(XGBTuner):
 
     # -- ask/tell ----------------------------------------------------------------------------------
     def propose(self, n: int) -> list[int]:
+        """Up to ``n`` configs of the current round; a new round (and refit) starts only when nothing
+        is offered yet, so a ``plan_size`` below the loop's batch still refits every N trials."""
         out: list[int] = []
         while len(out) < n and len(self.visited) + len(self.failed) < self.space.size:
             if not self.queue:
+                if out:
+                    break
                 self.queue = [i for i in self._plan() if i not in self.visited]
                 if not self.queue:
                     continue  # the round only found compile failures: they are excluded now
@@ -402,7 +406,7 @@ class ChameleonML2Tuner(ML2Tuner):
     name = "chameleon-ml2"
     options = {
         **{k: v for k, v in ML2Tuner.options.items() if not k.startswith("sa_")},
-        **MODEL_OPTIONS,
+        **{k: v for k, v in MODEL_OPTIONS.items() if k != "features"},
         **RL_OPTIONS,
         **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
         **{k: PLUS_OPTIONS[k] for k in ("rl_elite", "rl_elite_top")},

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from toolkit.errors import ConfigError
 from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.sa import SimulatedAnnealing
@@ -24,6 +25,14 @@ from toolkit.tuning.tuners.base import Option, Tuner, TuningContext
 FULL_TABLE_MAX = 1 << 17
 """Spaces up to this size are scored in one batch after each fit and the optimizer reads that table
 (the same scores as querying the model point by point, far fewer model calls)."""
+
+COMPILE_TABLE_MAX = 1 << 13
+"""``features="compile"`` compiles every config of the space once; larger spaces are refused."""
+
+FEATURE_OPTION = Option("knob", "cost-model features: knob (the knob values, AutoTVM feature_type=knob) or compile "
+                        "(knob values + what the compiler reports for each config, the analogue of AutoTVM's "
+                        "itervar features; compiles the whole space once, at most 8192 configs)", str,
+                        ("knob", "compile"))
 
 
 class ModelBasedTuner(Tuner):
@@ -49,8 +58,23 @@ class ModelBasedTuner(Tuner):
         return SimulatedAnnealing()
 
     def _features(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Cost-model features of configs: the knob values (AutoTVM ``feature_type="knob"``)."""
-        return self.space.features(indices)
+        """Cost-model features of configs: the knob values (AutoTVM ``feature_type="knob"``), and with
+        ``features="compile"`` the compiler's features of each config (NaN where it does not build)."""
+        knobs = self.space.features(indices)
+        if self.params.get("features", "knob") == "knob":
+            return knobs
+        return np.hstack([knobs, self._compile_table()[np.asarray(indices, dtype=np.int64)]])
+
+    def _compile_table(self) -> np.ndarray:
+        """Compile features of every config, one column per feature name (built on first use)."""
+        if self._ctable is None:
+            t0 = time.perf_counter()
+            feats = [f if isinstance(f, dict) else {} for f in self.ctx.compile_features(range(self.space.size))]
+            keys = sorted({k for f in feats for k in f})
+            self._ctable = np.array([[f.get(k, np.nan) for k in keys] if f else [np.nan] * len(keys)
+                                     for f in feats], dtype=np.float64).reshape(self.space.size, len(keys))
+            self._fit_s += time.perf_counter() - t0
+        return self._ctable
 
     def _fit(self) -> None:
         """Refit ``self.model`` on ``self.xs`` / ``self.ys``."""
@@ -81,6 +105,14 @@ class ModelBasedTuner(Tuner):
         self.optimizer = self._make_optimizer()
         self._fit_s = 0.0
         self._search_s = 0.0
+        self._ctable: np.ndarray | None = None
+        if self.params.get("features", "knob") == "compile":   # refuse before any trial is spent
+            if ctx.compile_features is None:
+                raise ConfigError(f"{self.name} features=compile needs a task that compiles ahead of measuring; "
+                                  "use features=knob")
+            if self.space.size > COMPILE_TABLE_MAX:
+                raise ConfigError(f"{self.name} features=compile compiles the whole space, {self.space.size} configs "
+                                  f"here (at most {COMPILE_TABLE_MAX}); use features=knob")
 
     def propose(self, n: int) -> list[int]:
         n_random = int(self.params["epsilon"] * self.params["plan_size"])

@@ -7,7 +7,7 @@ from typing import Any
 from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.sa import SimulatedAnnealing
 from toolkit.tuning.tuners.base import Option, register
-from toolkit.tuning.tuners.model_based import ModelBasedTuner
+from toolkit.tuning.tuners.model_based import FEATURE_OPTION, ModelBasedTuner
 
 
 @register
@@ -25,6 +25,7 @@ class XGBTuner(ModelBasedTuner):
         "loss": Option("rank", "cost-model loss: rank (rank:pairwise, AutoTVM's default) or reg", str,
                        ("rank", "reg")),
         "max_rounds": Option(400, "upper bound on boosting rounds per fit (early stopping after 20 flat rounds)", int),
+        "features": FEATURE_OPTION,
         "sa_chains": Option(128, "parallel simulated-annealing chains", int),
         "sa_steps": Option(500, "simulated-annealing steps per plan", int),
         "sa_early_stop": Option(50, "stop annealing after this many steps without a better candidate", int),
