@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.testing.conformance import TunerConformance, drive
-from toolkit.tuning.tuners.base import TUNERS, make_tuner
+from toolkit.testing.conformance import TunerConformance, drive, synthetic_compile, synthetic_space, with_compiler
+from toolkit.tuning.space import CategoricalKnob, ConfigSpace
+from toolkit.tuning.tuners.base import TUNERS, TuningContext, make_tuner
 from toolkit.tuning.tuners.chameleon import (PLUS_DEFAULTS, PLUS_OPTIONS, ChameleonPlusTuner, ChameleonTuner, RLTuner,
                                              SAASTuner)
 
@@ -81,7 +82,6 @@ def test_plus_never_proposes_past_its_next_refit() -> None:
 
 
 def test_spread_init_measures_the_spread_plan_first() -> None:
-    from toolkit.testing.conformance import synthetic_space
     from toolkit.tuning.sampling import spread_sample
 
     tuner = ChameleonPlusTuner(seed=3, init="spread", **FAST_RL)
@@ -90,23 +90,12 @@ def test_spread_init_measures_the_spread_plan_first() -> None:
     assert tuner.propose(8) + tuner.propose(8) == expected
 
 
-def _with_synthetic_compiler(tuner):
-    """The conformance space with the ML2 tests' synthetic compiler (a "buffer overflow" fails to build)."""
-    from tests.tuners.test_ml2tuner import with_compiler
-
-    return with_compiler(tuner)
-
-
 class TestChameleonPlusCompileFeatures(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: _with_synthetic_compiler(ChameleonPlusTuner(
+    tuner_factory = staticmethod(lambda seed: with_compiler(ChameleonPlusTuner(
         seed=seed, episodes=16, max_steps=30, max_rounds=30, refit_every=24, features="compile")))
 
 
 def test_compile_features_join_the_knob_features_once_per_task() -> None:
-    from tests.tuners.test_ml2tuner import synthetic_compile
-    from toolkit.testing.conformance import synthetic_space
-    from toolkit.tuning.tuners.base import TuningContext
-
     space = synthetic_space()
     calls = []
 
@@ -126,10 +115,6 @@ def test_compile_features_join_the_knob_features_once_per_task() -> None:
 
 
 def test_compile_features_need_a_compiler_and_a_small_space() -> None:
-    from toolkit.testing.conformance import synthetic_space
-    from toolkit.tuning.space import CategoricalKnob, ConfigSpace
-    from toolkit.tuning.tuners.base import TuningContext
-
     tuner = make_tuner("chameleon+", seed=0, features="compile")
     with pytest.raises(ConfigError, match="use features=knob"):   # at setup, before any trial
         tuner.setup(TuningContext(space=synthetic_space()))

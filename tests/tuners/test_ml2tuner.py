@@ -2,44 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from toolkit.testing.conformance import TunerConformance
+from toolkit.testing.conformance import TunerConformance, with_compiler
 from toolkit.tuning.measure_result import ErrorClass, MeasureResult
 from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
 from toolkit.tuning.tuners.base import TuningContext, make_tuner
 from toolkit.tuning.tuners.ml2tuner import ML2Tuner
-
-
-def synthetic_compile(space: ConfigSpace, indices) -> list[dict[str, float] | MeasureResult]:
-    """Compile-time features of any space: per split knob its inner factor and the product of them.
-
-    A config the conformance objective calls a "buffer overflow" (``x`` inner * ``u`` > 32) fails
-    to compile here, as a VTA SRAM overflow fails in the compiler."""
-    out: list[dict[str, float] | MeasureResult] = []
-    for i in indices:
-        cfg = space.get(int(i))
-        inner = {k: float(v[-1]) for k, v in cfg.values.items() if isinstance(v, list)}
-        if "x" in cfg.values and "u" in cfg.values and cfg["x"][1] * cfg["u"] > 32:
-            out.append(MeasureResult(int(i), cfg.values, error=ErrorClass.COMPILE_ERROR, message="overflow"))
-            continue
-        out.append({**{f"inner.{k}": v for k, v in inner.items()}, "footprint": float(np.prod(list(inner.values())))})
-    return out
-
-
-def with_compiler(tuner: ML2Tuner) -> ML2Tuner:
-    """Give the tuner a ``compile_features`` over whatever space the conformance suite drives it on."""
-    setup = tuner.setup
-
-    def patched(ctx: TuningContext) -> None:
-        if ctx.compile_features is None:
-            ctx = dataclasses.replace(ctx, compile_features=lambda idx: synthetic_compile(ctx.space, idx))
-        setup(ctx)
-
-    tuner.setup = patched  # type: ignore[method-assign]
-    return tuner
 
 
 FAST = {"sa_chains": 32, "sa_steps": 100, "max_rounds": 100}

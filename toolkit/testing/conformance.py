@@ -16,7 +16,9 @@ so it needs no board, no simulator and runs in seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 from typing import Callable, Sequence
 
 from toolkit.tuning.measure_result import ErrorClass, MeasureResult
@@ -55,6 +57,36 @@ def synthetic_measure(space: ConfigSpace, index: int) -> MeasureResult:
     here = space.knob_indices(index)
     dist = sum((a - b) ** 2 * w for a, b, w in zip(here, best, (1.0, 0.5, 2.0, 3.0)))
     return MeasureResult(index, cfg.values, costs=[1e-3 * (1.0 + dist)] * 2)
+
+
+def synthetic_compile(space: ConfigSpace, indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
+    """Compile-time features of any space: per split knob its inner factor, and their product.
+
+    A config :func:`synthetic_measure` calls a "buffer overflow" (``x`` inner * ``u`` > 32) fails to
+    compile here, as a VTA SRAM overflow fails in the compiler."""
+    out: list[dict[str, float] | MeasureResult] = []
+    for i in indices:
+        cfg = space.get(int(i))
+        inner = {k: float(v[-1]) for k, v in cfg.values.items() if isinstance(v, list)}
+        if "x" in cfg.values and "u" in cfg.values and cfg["x"][1] * cfg["u"] > 32:
+            out.append(MeasureResult(int(i), cfg.values, error=ErrorClass.COMPILE_ERROR, message="overflow"))
+            continue
+        out.append({**{f"inner.{k}": v for k, v in inner.items()}, "footprint": math.prod(inner.values())})
+    return out
+
+
+def with_compiler(tuner: Tuner) -> Tuner:
+    """Give ``tuner`` a ``compile_features`` (:func:`synthetic_compile`) over whatever space it is set up on,
+    for tuners that compile ahead (``ml2tuner``, ``features=compile``)."""
+    setup = tuner.setup
+
+    def patched(ctx: TuningContext) -> None:
+        if ctx.compile_features is None:
+            ctx = dataclasses.replace(ctx, compile_features=lambda idx: synthetic_compile(ctx.space, idx))
+        setup(ctx)
+
+    tuner.setup = patched  # type: ignore[method-assign]
+    return tuner
 
 
 def all_invalid(space: ConfigSpace, index: int) -> MeasureResult:
