@@ -10,8 +10,8 @@ could do): XGBoost on the knob features scores the whole space after every batch
 best-predicted member of each k-means cluster of the top 64 (as ``representative=best``), best first.
 Keywords: ``n_init``, ``batch`` (configs between refits), ``loss``, ``init``, ``draw`` (the loop runs with
 seed ``seed + draw``, its initial configs and model seeds included, while the target stays the seed's
-``xgb`` run: a new sample of the loop's own luck) and ``features`` (``knob``, or ``compile``: knob + the recorded compile features,
-as the tuners' ``features=compile``).
+``xgb`` run: a new sample of the loop's own luck) and ``features`` (``knob``, or ``compile``: knob + the
+recorded compile features, as the tuners' ``features=compile``).
 
     nice -n 10 .venv/bin/python bench/chameleon_explore.py replay --layers C2,C4,C5,C6,C8,C10 \\
         --budget 160 chameleon+ "chameleon+:rl_elite=0"
@@ -102,10 +102,9 @@ def compile_matrix(space: Any, records: list[Any]) -> np.ndarray:
     """Knob features + the recorded compile features (``sim.*`` counters stripped; NaN where the build
     failed) of every config: what ``features=compile`` gives the tuners."""
     from toolkit.tuning.replay import compile_features_of
+    from toolkit.tuning.tuners.model_based import feature_matrix
 
-    feats = [compile_features_of(r.features or {}) for r in records]
-    keys = sorted({k for f in feats for k in f})
-    comp = np.array([[f.get(k, np.nan) for k in keys] if f else [np.nan] * len(keys) for f in feats])
+    comp = feature_matrix([compile_features_of(r.features or {}) for r in records])
     return np.hstack([space.features(np.arange(space.size)), comp])
 
 

@@ -35,6 +35,18 @@ FEATURE_OPTION = Option("knob", "cost-model features: knob (the knob values, Aut
                         ("knob", "compile"))
 
 
+def feature_matrix(feats: Sequence[dict[str, float]]) -> np.ndarray:
+    """One row per config, one column per feature name (sorted); NaN where a config lacks it (an
+    empty dict: the build failed).
+
+    >>> feature_matrix([{"b": 2.0, "a": 1.0}, {}]).tolist()
+    [[1.0, 2.0], [nan, nan]]
+    """
+    keys = sorted({k for f in feats for k in f})
+    rows = [[f.get(k, np.nan) for k in keys] for f in feats]
+    return np.array(rows, dtype=np.float64).reshape(len(feats), len(keys))
+
+
 class ModelBasedTuner(Tuner):
     """Cost model + model optimizer; the AutoTVM plan/refit/epsilon-greedy loop.
 
@@ -69,10 +81,8 @@ class ModelBasedTuner(Tuner):
         """Compile features of every config, one column per feature name (built on first use)."""
         if self._ctable is None:
             t0 = time.perf_counter()
-            feats = [f if isinstance(f, dict) else {} for f in self.ctx.compile_features(range(self.space.size))]
-            keys = sorted({k for f in feats for k in f})
-            self._ctable = np.array([[f.get(k, np.nan) for k in keys] if f else [np.nan] * len(keys)
-                                     for f in feats], dtype=np.float64).reshape(self.space.size, len(keys))
+            self._ctable = feature_matrix([f if isinstance(f, dict) else {}
+                                           for f in self.ctx.compile_features(range(self.space.size))])
             self._fit_s += time.perf_counter() - t0
         return self._ctable
 
