@@ -46,13 +46,6 @@ def _port_range(host: str, port: int, port_end: int | None) -> tuple[int, int]:
     return port, port_end or port + 1
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the parent dies (Linux ``PR_SET_PDEATHSIG``)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-
-
 class _Process:
     """A TVM RPC subprocess in its own session; its log goes to a temporary file."""
 
@@ -64,9 +57,10 @@ class _Process:
         fd, self.log_path = tempfile.mkstemp(prefix=f"edgetune-{self.kind}-", suffix=".log")
         self._log = os.fdopen(fd, "w")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-                                     preexec_fn=_die_with_parent if die_with_parent else None)
+        # with die_with_parent a guard (the group leader) kills the whole group when this process dies
+        guard = [sys.executable, "-m", "toolkit.rpc.guard", str(os.getpid())] if die_with_parent else []
+        self.proc = subprocess.Popen([*guard, *self.argv], stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         self.port: int | None = None
 
     @property
@@ -253,8 +247,7 @@ def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
 
     Returns ``(tracker_host, tracker_port, stop)``; ``stop()`` releases this caller's use and
     the processes end when the last user stops, at interpreter exit, or when this process is
-    killed (Linux's parent-death signal, which follows the calling thread: call it from a
-    thread that lives as long as the processes are needed, e.g. the main thread).
+    killed (a guard process kills their groups, forked workers included: :mod:`toolkit.rpc.guard`).
     """
     with _LOCAL_LOCK:
         entry = _LOCAL.get(key)
