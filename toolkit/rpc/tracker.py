@@ -186,8 +186,11 @@ class ServerProcess(_Process):
             info = tracker_summary(*self.tracker)
         except BoardError:
             return False
-        return any(s.get("key", "").split(":", 1)[-1] == self.key and int(s["addr"][1]) == self.port
-                   for s in info.get("server_info", []))
+        # the tracker lists the connection (server_info) before the server offers itself (queue_info):
+        # ready only once both show it, or a request made right now would find no such key
+        listed = any(s.get("key", "").split(":", 1)[-1] == self.key and int(s["addr"][1]) == self.port
+                     for s in info.get("server_info", []))
+        return listed and self.key in info.get("queue_info", {})
 
 
 def start_tracker(host: str = LOOPBACK, port: int = 0, port_end: int | None = None,
