@@ -64,13 +64,14 @@ def test_chameleon_defaults_are_the_reference_and_plus_changes_only_its_table() 
     assert changed == set(PLUS_DEFAULTS)
 
 
-def test_plus_starts_small_and_refits_every_batch() -> None:
+def test_plus_starts_small_and_refits_after_every_measurement() -> None:
     tuner = ChameleonPlusTuner(seed=0, **FAST_RL)
-    results = drive(tuner, 80, batch=8)
-    assert len({r.index for r in results}) == 80
-    # n_init=16 random configs, then a fit after every batch of 8: after 16, 24, ..., 80 trials
-    assert tuner.stats()["fits"] == 1 + (80 - 16) // 8
+    results = drive(tuner, 40, batch=8)
+    assert len({r.index for r in results}) == 40
+    # n_init=16 random configs, then a fit after every trial (the loop asks 8, a round offers 1)
+    assert tuner.stats()["fits"] == 1 + (40 - 16)
     assert tuner.model.loss == "rank"
+    assert tuner.stats()["compile_features"] == 0.0        # no compiler here: auto falls back to knob values
 
 
 def test_plus_never_proposes_past_its_next_refit() -> None:
@@ -121,3 +122,17 @@ def test_compile_features_need_a_compiler_and_a_small_space() -> None:
     big = ConfigSpace([CategoricalKnob("a", list(range(100))), CategoricalKnob("b", list(range(100)))])
     with pytest.raises(ConfigError, match="at most"):
         tuner.setup(TuningContext(space=big, compile_features=lambda idx: [{} for _ in idx]))
+
+
+def test_auto_features_use_the_compiler_where_they_can_and_knob_values_elsewhere() -> None:
+    space = synthetic_space()
+    n_knob = space.features([0]).shape[1]
+    big = ConfigSpace([CategoricalKnob("a", list(range(100))), CategoricalKnob("b", list(range(100)))])
+    cases = [(space, lambda idx: synthetic_compile(space, idx), True),    # VTA-like: compiles, small space
+             (space, None, False),                                         # cannot compile ahead
+             (big, lambda idx: [{} for _ in idx], False)]                  # too many configs to compile
+    for sp, compiler, compiled in cases:
+        tuner = make_tuner("chameleon+", seed=0)                           # features="auto" is its default
+        tuner.setup(TuningContext(space=sp, compile_features=compiler, extra={"flops": 1e9}))
+        assert tuner.stats()["compile_features"] == float(compiled)
+        assert (tuner._features([0]).shape[1] > n_knob) == compiled

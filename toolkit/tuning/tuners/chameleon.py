@@ -5,8 +5,9 @@
 - ``rl``: PPO exploration, AutoTVM-style top-``plan_size`` measurement (no sampling);
 - ``sa-as``: AutoTVM's simulated annealing + adaptive sampling;
 - ``chameleon+``: edgetune's improved Chameleon, the same tuner with :data:`PLUS_DEFAULTS` (16 random
-  configs first, a refit after every batch of 8, each cluster's best-predicted member measured best
-  first, a rank-loss model, half the PPO episodes started from the best measured configs).
+  configs first, a refit after every measurement, each cluster's best-predicted member measured best
+  first, a rank-loss model on the compiler's features where the task compiles ahead (VTA), half the
+  PPO episodes started from the best measured configs).
 
 All three run AutoTVM's loop (:class:`ModelBasedTuner`): ``plan_size`` random configs first, then
 fit -> search -> measure. With adaptive sampling the model is refit after the k sampled configs are
@@ -18,7 +19,7 @@ measured (the reference's ``next_update += len(trials)``), not after ``plan_size
 (64, 'mode', 2.5)
 >>> p = make_tuner("chameleon+", seed=0)
 >>> p.params["n_init"], p.params["refit_every"], p.params["representative"], p.params["episodes"]
-(16, 8, 'best', 128)
+(16, 1, 'best', 128)
 """
 
 from __future__ import annotations
@@ -223,15 +224,16 @@ class ChameleonTuner(_SamplingMixin, _RLMixin):
 
 
 PLUS_DEFAULTS: dict[str, Any] = {
-    "n_init": 16, "refit_every": 8, "loss": "rank", "rl_elite": 0.5, "representative": "best",
+    "n_init": 16, "refit_every": 1, "loss": "rank", "rl_elite": 0.5, "representative": "best", "features": "auto",
 }
 """What ``chameleon+`` changes against ``chameleon`` (every other option keeps the reference value)."""
 
 
 @register
 class ChameleonPlusTuner(ChameleonTuner):
-    """Chameleon made better: a small random start, greedy per-cluster picks, refits every batch,
-    a rank-loss cost model and PPO episodes started from the best measured configs."""
+    """Chameleon made better: a small random start, greedy per-cluster picks, a refit after every
+    measurement, a rank-loss cost model on compile features where available and PPO episodes started
+    from the best measured configs."""
 
     name = "chameleon+"
     options = {k: replace(o, default=PLUS_DEFAULTS[k]) if k in PLUS_DEFAULTS else o

@@ -29,10 +29,11 @@ FULL_TABLE_MAX = 1 << 17
 COMPILE_TABLE_MAX = 1 << 13
 """``features="compile"`` compiles every config of the space once; larger spaces are refused."""
 
-FEATURE_OPTION = Option("knob", "cost-model features: knob (the knob values, AutoTVM feature_type=knob) or compile "
+FEATURE_OPTION = Option("knob", "cost-model features: knob (the knob values, AutoTVM feature_type=knob), compile "
                         "(knob values + what the compiler reports for each config, the analogue of AutoTVM's "
-                        "itervar features; compiles the whole space once, at most 8192 configs)", str,
-                        ("knob", "compile"))
+                        "itervar features; compiles the whole space once, at most 8192 configs) or auto (compile "
+                        "where the task compiles ahead and the space allows, else knob)", str,
+                        ("knob", "compile", "auto"))
 
 
 def feature_matrix(feats: Sequence[dict[str, float]]) -> np.ndarray:
@@ -73,7 +74,7 @@ class ModelBasedTuner(Tuner):
         """Cost-model features of configs: the knob values (AutoTVM ``feature_type="knob"``), and with
         ``features="compile"`` the compiler's features of each config (NaN where it does not build)."""
         knobs = self.space.features(indices)
-        if self.params.get("features", "knob") == "knob":
+        if not self._compiled_features:
             return knobs
         return np.hstack([knobs, self._compile_table()[np.asarray(indices, dtype=np.int64)]])
 
@@ -116,13 +117,25 @@ class ModelBasedTuner(Tuner):
         self._fit_s = 0.0
         self._search_s = 0.0
         self._ctable: np.ndarray | None = None
-        if self.params.get("features", "knob") == "compile":   # refuse before any trial is spent
-            if ctx.compile_features is None:
-                raise ConfigError(f"{self.name} features=compile needs a task that compiles ahead of measuring; "
-                                  "use features=knob")
-            if self.space.size > COMPILE_TABLE_MAX:
-                raise ConfigError(f"{self.name} features=compile compiles the whole space, {self.space.size} configs "
-                                  f"here (at most {COMPILE_TABLE_MAX}); use features=knob")
+        self._compiled_features = self._use_compile_features(ctx)
+
+    def _use_compile_features(self, ctx: TuningContext) -> bool:
+        """Resolve the ``features`` option for this task; ``compile`` where it cannot work is refused
+        before any trial is spent, ``auto`` falls back to knob features."""
+        choice = self.params.get("features", "knob")
+        if choice == "knob":
+            return False
+        if ctx.compile_features is None:
+            if choice == "auto":
+                return False
+            raise ConfigError(f"{self.name} features=compile needs a task that compiles ahead of measuring; "
+                              "use features=knob")
+        if self.space.size > COMPILE_TABLE_MAX:
+            if choice == "auto":
+                return False
+            raise ConfigError(f"{self.name} features=compile compiles the whole space, {self.space.size} configs "
+                              f"here (at most {COMPILE_TABLE_MAX}); use features=knob")
+        return True
 
     def propose(self, n: int) -> list[int]:
         n_random = int(self.params["epsilon"] * self.params["plan_size"])
@@ -174,6 +187,7 @@ class ModelBasedTuner(Tuner):
     def stats(self) -> dict[str, float]:
         return {
             "fits": float(self.train_ct),
+            "compile_features": float(self._compiled_features),
             "model_queries": float(self.optimizer.n_queries),
             "fit_s": self._fit_s,
             "search_s": self._search_s,
