@@ -456,8 +456,8 @@ def headline_section() -> list[str]:
                 lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "
                              f"{t['reach_over_xgb']:.1%} | {t['missed']} |")
     return lines + [""] + parents_table(found) + [
-        "", "Why `chameleon-ml2` trails `ml2tuner` and the variants measured against it: docs/tuners.md, "
-        "\"Where `chameleon-ml2` loses to `ml2tuner`\"."]
+        "", "`chameleon-ml2`'s round size (its defaults since stop 21) and the variants measured against "
+        "`ml2tuner`: docs/tuners.md, \"`chameleon-ml2`'s round\"."]
 
 
 def results_path(setting: str) -> Path:

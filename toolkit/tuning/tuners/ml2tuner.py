@@ -32,6 +32,7 @@ The choices the paper leaves open are listed in ``docs/tuners.md`` (section ``ml
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -399,8 +400,8 @@ class ChameleonML2Tuner(ML2Tuner):
 
     >>> from toolkit.tuning.tuners.base import make_tuner
     >>> t = make_tuner("chameleon-ml2", seed=0, episodes=32)
-    >>> t.params["loss"], t.params["plan_size"] * (t.params["alpha"] + 1), t.params["episodes"]
-    ('reg', 64, 32)
+    >>> t.params["loss"], t.params["plan_size"], t.params["plan_size"] * (t.params["alpha"] + 1), t.params["k_max"]
+    ('reg', 4, 64, 8)
     """
 
     name = "chameleon-ml2"
@@ -409,8 +410,10 @@ class ChameleonML2Tuner(ML2Tuner):
         **{k: v for k, v in MODEL_OPTIONS.items() if k != "features"},
         **RL_OPTIONS,
         **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
+        **{k: replace(SAMPLING_OPTIONS[k], default=v) for k, v in (("k_min", 2), ("k_max", 8), ("k_step", 2))},
         **{k: PLUS_OPTIONS[k] for k in ("rl_elite", "rl_elite_top")},
-        "plan_size": Option(8, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
+        "plan_size": Option(4, "N: the RL agent proposes (alpha + 1) * N candidates per round", int),
+        "alpha": replace(ML2Tuner.options["alpha"], default=15),
         "fill_to_n": Option(True, "after one config per cluster, ModelA's best other survivors fill the round up "
                             "to N (False: k configs per round, Chameleon's adaptive count; more rounds)", bool),
     }
