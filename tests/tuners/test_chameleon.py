@@ -136,3 +136,4 @@ def test_auto_features_use_the_compiler_where_they_can_and_knob_values_elsewhere
         tuner.setup(TuningContext(space=sp, compile_features=compiler, extra={"flops": 1e9}))
         assert tuner.stats()["compile_features"] == float(compiled)
         assert (tuner._features([0]).shape[1] > n_knob) == compiled
+        assert (tuner.stats()["compile_s"] > 0) == compiled            # the table's one-time compilation

@@ -79,12 +79,13 @@ class ModelBasedTuner(Tuner):
         return np.hstack([knobs, self._compile_table()[np.asarray(indices, dtype=np.int64)]])
 
     def _compile_table(self) -> np.ndarray:
-        """Compile features of every config, one column per feature name (built on first use)."""
+        """Compile features of every config, one column per feature name (built on first use, over
+        the builder's workers; its time is ``stats()["compile_s"]``, part of the tuner's time)."""
         if self._ctable is None:
             t0 = time.perf_counter()
             self._ctable = feature_matrix([f if isinstance(f, dict) else {}
                                            for f in self.ctx.compile_features(range(self.space.size))])
-            self._fit_s += time.perf_counter() - t0
+            self._compile_s = time.perf_counter() - t0
         return self._ctable
 
     def _fit(self) -> None:
@@ -117,6 +118,7 @@ class ModelBasedTuner(Tuner):
         self._fit_s = 0.0
         self._search_s = 0.0
         self._ctable: np.ndarray | None = None
+        self._compile_s = 0.0
         self._compiled_features = self._use_compile_features(ctx)
 
     def _use_compile_features(self, ctx: TuningContext) -> bool:
@@ -185,10 +187,12 @@ class ModelBasedTuner(Tuner):
             self._replan()
 
     def stats(self) -> dict[str, float]:
-        return {
+        out: dict[str, float] = {
             "fits": float(self.train_ct),
-            "compile_features": float(self._compiled_features),
             "model_queries": float(self.optimizer.n_queries),
             "fit_s": self._fit_s,
             "search_s": self._search_s,
         }
+        if "features" in self.options:   # what features="auto" resolved to, and the table's compile time
+            out.update(compile_features=float(self._compiled_features), compile_s=self._compile_s)
+        return out
