@@ -72,7 +72,8 @@ class ModelBasedTuner(Tuner):
 
     def _features(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Cost-model features of configs: the knob values (AutoTVM ``feature_type="knob"``), and with
-        ``features="compile"`` the compiler's features of each config (NaN where it does not build)."""
+        ``features="compile"`` (or ``"auto"`` where it resolved to it) the compiler's features of each
+        config (NaN where it does not build)."""
         knobs = self.space.features(indices)
         if not self._compiled_features:
             return knobs
