@@ -19,7 +19,7 @@ class TestChameleon(TunerConformance):
 
 
 class TestChameleonPlus(TunerConformance):
-    # it refits every batch: a smaller search and fewer refits keep the suite fast
+    # a smaller search and fewer refits than its defaults keep the suite fast
     tuner_factory = staticmethod(lambda seed: ChameleonPlusTuner(seed=seed, episodes=16, max_steps=30, max_rounds=30,
                                                                  refit_every=24))
 
@@ -94,6 +94,12 @@ def test_spread_init_measures_the_spread_plan_first() -> None:
 class TestChameleonPlusCompileFeatures(TunerConformance):
     tuner_factory = staticmethod(lambda seed: with_compiler(ChameleonPlusTuner(
         seed=seed, episodes=16, max_steps=30, max_rounds=30, refit_every=24, features="compile")))
+
+
+class TestChameleonPlusDefaults(TunerConformance):
+    # its own defaults on a task that compiles ahead: features=auto -> compile, a refit after every trial
+    tuner_factory = staticmethod(lambda seed: with_compiler(ChameleonPlusTuner(
+        seed=seed, episodes=16, max_steps=30, max_rounds=30)))
 
 
 def test_compile_features_join_the_knob_features_once_per_task() -> None:
