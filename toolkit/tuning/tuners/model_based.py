@@ -128,17 +128,14 @@ class ModelBasedTuner(Tuner):
         choice = self.params.get("features", "knob")
         if choice == "knob":
             return False
-        if ctx.compile_features is None:
-            if choice == "auto":
-                return False
-            raise ConfigError(f"{self.name} features=compile needs a task that compiles ahead of measuring; "
-                              "use features=knob")
-        if self.space.size > COMPILE_TABLE_MAX:
-            if choice == "auto":
-                return False
-            raise ConfigError(f"{self.name} features=compile compiles the whole space, {self.space.size} configs "
-                              f"here (at most {COMPILE_TABLE_MAX}); use features=knob")
-        return True
+        why = ("needs a task that compiles ahead of measuring" if ctx.compile_features is None else
+               f"compiles the whole space, {self.space.size} configs here (at most {COMPILE_TABLE_MAX})"
+               if self.space.size > COMPILE_TABLE_MAX else None)
+        if why is None:
+            return True
+        if choice == "auto":
+            return False
+        raise ConfigError(f"{self.name} features=compile {why}; use features=knob")
 
     def propose(self, n: int) -> list[int]:
         n_random = int(self.params["epsilon"] * self.params["plan_size"])
