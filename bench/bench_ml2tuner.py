@@ -56,6 +56,8 @@ from toolkit.workloads import parse_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
+STARTED = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+"""When this process started: the date of its command in the results files."""
 CORE_CACHE = OUT / "tuning-cache"          # bench.bench_tuning's exhaustive pynq/own logs
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## ML2Tuner"
@@ -456,8 +458,9 @@ def headline_section() -> list[str]:
                 lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "
                              f"{t['reach_over_xgb']:.1%} | {t['missed']} |")
     return lines + [""] + parents_table(found) + [
-        "", "`chameleon-ml2`'s round size (its defaults since stop 21) and the variants measured against "
-        "`ml2tuner`: docs/tuners.md, \"`chameleon-ml2`'s round\"."]
+        "", "`chameleon-ml2`'s round size (its defaults since stop 21), `v_pool` and `carry` (both tuners' defaults "
+        "since stop 22) and the variants measured against `ml2tuner`: docs/tuners.md, \"`chameleon-ml2`'s round\" "
+        "and \"What the compiler found stays in play\"."]
 
 
 def results_path(setting: str) -> Path:
@@ -481,9 +484,9 @@ def _save(setting: str, trials: int, command: str, layer: str, meta: dict, runs:
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         out = load_saved(setting) or {"setting": setting, "layers": {}, "commands": [], "trials": trials}
-        if command not in [c["cmd"] for c in out["commands"]]:
-            out["commands"].append({"cmd": command,
-                                    "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+        entry = {"cmd": command, "date": STARTED}   # once per invocation: a rerun of the same command is dated
+        if entry not in out["commands"]:
+            out["commands"].append(entry)
         lr = out["layers"].setdefault(layer, {"runs": {}, "rmse": {}})
         lr.update(meta)
         for name, by_seed in runs.items():

@@ -49,6 +49,17 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
     assert "`chameleon-ml2` is compared with its parents on the headline runs" in text  # none of its own here
 
 
+def test_a_rerun_of_the_same_command_is_recorded_with_its_date(out_dir, monkeypatch):
+    meta = {"optimum": 1.0, "size": 10, "n_valid": 4}
+    monkeypatch.setattr(bm, "STARTED", "2026-11-30 14:47 UTC")
+    bm._save("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})
+    monkeypatch.setattr(bm, "STARTED", "2026-12-01 03:32 UTC")   # the same command, run again later
+    bm._save("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([2, 2, 1, 1])}}, {})
+    bm._save("pynq-tvm", 4, "cmd a", "C10", meta, {"xgb": {"0": _run([1, 1, 1, 1])}}, {})
+    assert [(c["cmd"], c["date"]) for c in bm.load_saved("pynq-tvm")["commands"]] == [
+        ("cmd a", "2026-11-30 14:47 UTC"), ("cmd a", "2026-12-01 03:32 UTC")]
+
+
 def test_trials_to_reach_counts_from_one_and_tolerates_rounding():
     assert bm.trials_to_reach([5.0, 2.0, 1.0 + 1e-12], 1.0) == 3
     assert bm.trials_to_reach([5.0, 2.0], 1.0) is None

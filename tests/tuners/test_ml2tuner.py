@@ -20,10 +20,11 @@ class TestML2Tuner(TunerConformance):
 
 
 class TestML2TunerPaperPipeline(TunerConformance):
-    """The paper's pipeline: ModelP on trials only, no post-compile validity model, the old round size."""
+    """The paper's pipeline: ModelP on trials only, no post-compile validity model, no carried configs, the old
+    round size."""
 
     tuner_factory = staticmethod(lambda seed: with_compiler(ML2Tuner(
-        seed=seed, plan_size=16, alpha=3, p_from_a="no", v_hidden=False, **FAST)))
+        seed=seed, plan_size=16, alpha=3, p_from_a="no", v_hidden=False, carry=0, **FAST)))
 
 
 class TestML2TunerWithoutCompiler(TunerConformance):
@@ -124,8 +125,8 @@ def test_model_p_learns_model_a_predictions():
     """With ``p_from_a`` ModelP is also fitted on ModelA's predictions (rescaled to throughput) for the
     compiled, unmeasured candidates, so it ranks them as ModelA does; without it ModelP knows only the
     trials. (Regression loss: the pairwise-rank loss with AutoTVM's early stopping fits only the top.)"""
-    taught = make_tuner("ml2tuner", seed=0, loss="reg", p_from_a="yes", **FAST)
-    alone = make_tuner("ml2tuner", seed=0, loss="reg", p_from_a="no", **FAST)
+    taught = make_tuner("ml2tuner", seed=0, loss="reg", p_from_a="yes", carry=0, **FAST)
+    alone = make_tuner("ml2tuner", seed=0, loss="reg", p_from_a="no", carry=0, **FAST)
     run_planted(taught, 64)
     run_planted(alone, 64)
     assert _agreement(taught) > 0.7
@@ -164,3 +165,45 @@ def test_a_round_smaller_than_the_loop_batch_still_refits_every_n_trials():
         sizes.append(len(ask))
         tuner.update([planted_measure(space, i) for i in ask])
     assert sizes == [4] * 6 and tuner.stats()["rounds"] == 6
+
+
+def _after_rounds(tuner: ML2Tuner, rounds: int) -> ConfigSpace:
+    space = planted_space()
+    tuner.setup(TuningContext(space=space, compile_features=lambda idx: planted_compile(space, idx),
+                              extra={"flops": 1e9}))
+    for _ in range(rounds):
+        tuner.update([planted_measure(space, i) for i in tuner.propose(8)])
+    return space
+
+
+def test_model_a_best_leftovers_of_earlier_rounds_rejoin_the_candidates():
+    """``carry``: the compiled, unmeasured configs ModelA now rates best are candidates again next
+    round (no new compile), so a config compiled once is not lost when its round measured others."""
+    tuner = make_tuner("ml2tuner", seed=0, carry=6, **FAST)
+    _after_rounds(tuner, 4)
+    left = [i for i in tuner.hidden if i not in tuner.visited]
+    seen: list[list[int]] = []
+    survivors = tuner._survivors
+    tuner._survivors = lambda cands: (seen.append(list(cands)), survivors(cands))[1]
+    compiled = tuner.stats()["compiled"]
+    tuner._plan()
+    best = tuner._rank(left)[:6]                 # by the ModelA refitted at the start of the round
+    assert set(best) <= set(seen[0])
+    assert tuner.stats()["compiled"] - compiled <= len(seen[0]) - len(best)   # the carried are not compiled again
+    plain = make_tuner("ml2tuner", seed=0, carry=0, **FAST)
+    _after_rounds(plain, 4)
+    assert plain._carried(set()) == []                                      # carry=0: the paper's round
+
+
+def test_v_pool_bounds_the_rejects_compiled_for_exploration():
+    """Each exploration slot compiles the explorer's best ``v_pool`` ModelV rejects (``v_explore=0.5``
+    with N 4: two slots); ModelA measures the best of those that compile and of the rejects compiled before."""
+    for v_pool, expect in ((1, 2), (50, 100)):
+        tuner = make_tuner("ml2tuner", seed=0, plan_size=4, v_explore=0.5, v_pool=v_pool, **FAST)
+        space = _after_rounds(tuner, 3)
+        fresh = [i for i in range(space.size) if i not in tuner.hidden and i not in tuner.failed][:150]
+        before = tuner.stats()["compiled"]
+        out = tuner._explore_rejects([fresh[-1]], fresh[:-1])
+        assert tuner.stats()["compiled"] - before == expect
+        extra = [i for i in out if i in fresh[:-1]]
+        assert len(extra) == 2 and all(i in tuner.hidden for i in extra)

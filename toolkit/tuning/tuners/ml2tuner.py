@@ -19,7 +19,10 @@ a free negative label for ModelV); ModelA ranks the survivors and the top ``N`` 
 rejects top the round up); all three models are refitted before the next round, ModelA first so
 that ModelP can also learn ModelA's predictions for the compiled, unmeasured configs (``p_from_a``,
 an edgetune addition, by default where the compiler reports time terms: the explorer then searches
-with what the compiler revealed). ``N`` is the ``plan_size`` option.
+with what the compiler revealed). ``N`` is the ``plan_size`` option. Two more edgetune additions
+keep what the compiler revealed in play: ModelA's best compiled, unmeasured configs of earlier
+rounds rejoin each round's candidates (``carry``), and every reject of ModelV in a round is compiled
+for the exploration share (``v_pool``), so a fast config ModelV wrongly rejects is found by ModelA.
 
 ``chameleon-ml2`` replaces the explorer by Chameleon's reinforcement-learning search and keeps its
 adaptive sampling: the RL candidates pass ModelV and the compiler, are clustered on the cardinal
@@ -73,8 +76,13 @@ class ML2Tuner(XGBTuner):
                          "more batches, then random configs (through the same filters) fill the round", int),
         "a_pool": Option(0, "random unmeasured configs added to each round's candidates once ModelA exists (filtered by "
                          "ModelV, compiled and ranked by ModelA with the explorer's)", int),
+        "carry": Option(16, "ModelA's best compiled, unmeasured configs of earlier rounds rejoining each round's "
+                        "candidates (no new compile; filtered again by the refitted ModelV); 0 = the paper's round",
+                        int),
         "v_explore": Option(0.25, "share of each round given to candidates ModelV rejects that compile, ModelA's best "
                             "(exploration)", float),
+        "v_pool": Option(64, "ModelV's rejects compiled per exploration slot (the explorer's best first; 64: all of "
+                         "a round's); ModelA picks among those and the rejects compiled before", int),
         "v_hidden": Option(True, "after compiling, a second validity model on knob + compile features filters again "
                            "(an edgetune addition; False = the paper's pipeline)", bool),
         "negatives_in_p": Option(True, "compile failures found while reading features enter ModelP as throughput 0",
@@ -295,20 +303,29 @@ class ML2Tuner(XGBTuner):
 
     def _explore_rejects(self, plan: list[int], rejected: list[int]) -> list[int]:
         """Give ``v_explore * N`` slots (stochastically rounded) to ModelV's rejects: the explorer's
-        best ``8 k`` rejects are compiled (failures are free negatives) and ModelA's best of those
-        that compile (and pass the post-compile validity model, if any) are measured, so ModelV's
-        mistakes can be found and unlearnt."""
+        best ``v_pool * k`` rejects are compiled (failures are free negatives) and ModelA's best of
+        those and of the rejects compiled before (carried ones) that pass the post-compile validity
+        model, if any, are measured, so ModelV's mistakes can be found and unlearnt."""
         n = self.params["plan_size"]
         k = int(self.params["v_explore"] * n + self.rng.random())
         if not k or not rejected:
             return plan
-        pool = [c for c in self._compile(rejected[: 8 * k]) if c not in plan]
+        head = rejected[: self.params["v_pool"] * k]
+        ready = [c for c in rejected[len(head):] if c in self.hidden]   # compiled already: free to consider
+        pool = [c for c in self._compile(head) + ready if c not in plan]
         if pool and self.model_vh is not None:  # the post-compile check still applies
             pool = [c for c, ok in zip(pool, self.model_vh.predict(self._features_a(pool))) if ok]
         pool = self._rank(pool)
         extra = pool[:k]
         self._n["v_explored"] += len(extra)
         return plan[: max(0, n - len(extra))] + extra
+
+    def _carried(self, taken: set[int]) -> list[int]:
+        """ModelA's best ``carry`` compiled, unmeasured configs outside ``taken`` (earlier rounds' leftovers)."""
+        if not self.params["carry"] or self.model_a is None:
+            return []
+        left = [i for i in self.hidden if i not in self.visited and i not in taken]
+        return self._rank(left)[: self.params["carry"]]
 
     def _plan(self) -> list[int]:
         """Refit the models on everything so far and build the next round's measurement list."""
@@ -332,6 +349,7 @@ class ML2Tuner(XGBTuner):
         self._fit_s += t1 - t0
         self._n["rounds"] += 1
         self._n["candidates"] += len(cands)
+        cands += self._carried(set(cands))
         alive, rejected = self._survivors(cands)
         alive, rejected = self._top_up(alive, rejected, exclude)
         plan = self._explore_rejects(self._choose(alive), rejected)
