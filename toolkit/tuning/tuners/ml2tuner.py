@@ -345,11 +345,12 @@ class ML2Tuner(XGBTuner):
         cands = self._explore((self.params["alpha"] + 1) * n, exclude)
         if self.params["a_pool"] and self.model_a is not None:
             cands += self.space.sample(self.params["a_pool"], self.rng, exclude=exclude | set(cands))
+        carried = self._carried(set(cands))   # ranking the leftovers is search time too
         self._search_s += time.perf_counter() - t1
         self._fit_s += t1 - t0
         self._n["rounds"] += 1
         self._n["candidates"] += len(cands)
-        cands += self._carried(set(cands))
+        cands += carried
         alive, rejected = self._survivors(cands)
         alive, rejected = self._top_up(alive, rejected, exclude)
         plan = self._explore_rejects(self._choose(alive), rejected)
