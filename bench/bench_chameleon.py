@@ -56,23 +56,22 @@ def make_task(layer: str):
 
 
 def ensure_cache(layer: str, cache_dir: Path, build: bool = True) -> str | None:
-    """Build the exhaustive cache of ``layer`` with the simulator (a grid run), unless complete.
+    """Build the exhaustive cache of ``layer`` with the simulator (a grid run), unless complete and current
+    (a stale cache is set aside and measured again).
 
     Returns a status line, or None when the cache is incomplete and ``build`` is off."""
-    from toolkit.tuning.loop import tune
+    from toolkit.tuning.bench import exhaustive_cache, stale_configs
     from toolkit.tuning.replay import MeasurementCache
-    from toolkit.tuning.runner import MeasureOptions
-    from toolkit.tuning.tuners import make_tuner
 
     path = cache_path(cache_dir, layer)
     task = make_task(layer)
-    if path.exists() and len(MeasurementCache.from_log(path)) >= task.space.size:
+    cache = MeasurementCache.from_log(path) if path.exists() else None
+    if cache is not None and len(cache) >= task.space.size and not stale_configs(task, cache):
         return f"{layer}: cache complete ({task.space.size} configs)"
     if not build:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(check=False))
+    exhaustive_cache(task, path)
     return f"{layer}: cached {task.space.size} configs in {time.perf_counter() - t0:.0f} s"
 
 

@@ -43,11 +43,11 @@ import numpy as np
 from toolkit import console
 from toolkit.boards import Board, resolve_board
 from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
+from toolkit.tuning.bench import exhaustive_cache
 from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.loop import tune
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder, current_compile_features
-from toolkit.tuning.runner import MeasureOptions
 from toolkit.tuning.space import Config
 from toolkit.tuning.task import Task
 from toolkit.tuning.template import Artifact, Template
@@ -89,16 +89,15 @@ def cache_path(setting: str, layer: str) -> Path:
 
 
 def build_cache(setting: str, layer: str) -> tuple[Task, MeasurementCache]:
-    """Measure every config of the (setting, layer) space on the simulator, resuming a partial log."""
+    """Measure every config of the (setting, layer) space on the simulator, resuming a partial log (a stale
+    one is set aside)."""
     task = make_task(setting, layer)
     path = cache_path(setting, layer)
     path.parent.mkdir(parents=True, exist_ok=True)
     with console.progress(transient=True) as bar:
         tid = bar.add_task(f"exhaustive {setting} {layer}", total=task.space.size, status="")
-        tune(task, make_tuner("grid"), task.space.size, log=path, resume=True,
-             measure_options=MeasureOptions(check=False),
-             callback=lambda s, _: bar.update(tid, completed=s.trials, status=f"invalid {s.invalid}"))
-    return task, MeasurementCache.from_log(path)
+        cache = exhaustive_cache(task, path, lambda done, _: bar.update(tid, completed=done))
+    return task, cache
 
 
 def compile_only(features: dict[str, float]) -> dict[str, float]:

@@ -29,9 +29,9 @@ import numpy as np
 
 from toolkit import console
 from toolkit.boards import resolve_board
+from toolkit.tuning.bench import exhaustive_cache
 from toolkit.tuning.loop import tune
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
-from toolkit.tuning.runner import MeasureOptions
 from toolkit.tuning.task import Task
 from toolkit.tuning.tuners.base import TuningContext, make_tuner
 from toolkit.workloads import parse_workload
@@ -46,16 +46,14 @@ CHECKPOINTS = (16, 32, 64, 128, 256, 400)
 
 
 def build_cache(layer: str) -> tuple[Task, MeasurementCache, float]:
-    """Measure every config of ``layer`` on the simulator (resuming a partial cache)."""
+    """Measure every config of ``layer`` on the simulator (resuming a partial cache; a stale one is set aside)."""
     task = Task.create(parse_workload(f"resnet18.{layer}"), resolve_board("vta-fsim"))
     path = CACHE_DIR / f"{layer}.jsonl"
     t0 = time.perf_counter()
     with console.progress(transient=True) as bar:
         tid = bar.add_task(f"exhaustive {layer}", total=task.space.size, status="")
-        tune(task, make_tuner("grid"), task.space.size, log=path, resume=True,
-             measure_options=MeasureOptions(check=False),
-             callback=lambda s, _: bar.update(tid, completed=s.trials, status=f"invalid {s.invalid}"))
-    return task, MeasurementCache.from_log(path), time.perf_counter() - t0
+        cache = exhaustive_cache(task, path, lambda done, _: bar.update(tid, completed=done))
+    return task, cache, time.perf_counter() - t0
 
 
 def build_caches(layers: list[str], hot_s: float = 30.0) -> dict[str, tuple[Task, MeasurementCache, float]]:

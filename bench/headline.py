@@ -2,8 +2,8 @@
 
 Each setting is one ``edgetune bench`` command (run as a subprocess, so the tables name the
 exact command); its JSON and markdown land in ``bench/out/headline/`` and its plot in
-``docs/img/``. The section is rebuilt from every setting's markdown found there, so a setting
-that was not rerun keeps its last numbers.
+``docs/img/``. The section is rebuilt from every setting's JSON found there; a setting whose JSON
+is not there (not rerun, or a fresh checkout: ``bench/out`` is not in git) keeps its table.
 
     .venv/bin/python -m bench.headline                       # everything (hours on 2 cores)
     .venv/bin/python -m bench.headline --settings pynq --seeds 1 --layers C2,C5
@@ -78,27 +78,41 @@ def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str, 
     return cmd
 
 
+def _tables(section: str) -> dict[str, str]:
+    """The ``### `` tables of a rendered section, by heading line (in order)."""
+    parts = re.split(r"^(?=### )", section, flags=re.M)
+    return {p.splitlines()[0]: p for p in parts if p.startswith("### ")}
+
+
 def write_section() -> None:
-    """Rebuild the section (tables and plots) from every bench JSON in ``bench/out/headline`` (and ``note.md``)."""
-    parts = [INTRO]
+    """Rebuild the section from every bench JSON in ``bench/out/headline`` (and ``note.md``); a table
+    already in the docs whose JSON is not here (a fresh checkout, a setting not rerun) is kept as it is."""
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    old = pattern.search(doc)
+    tables = _tables(old.group(0)) if old else {}
+    intro = [INTRO]
     if (OUT / "note.md").exists():
-        parts.append((OUT / "note.md").read_text())
+        intro.append((OUT / "note.md").read_text())
+    elif old:   # the note is kept with the tables it explains
+        first = re.search(r"^### ", old.group(0), re.M)
+        kept = old.group(0)[len(INTRO) if old.group(0).startswith(INTRO) else len(SECTION) + 1:
+                            first.start() if first else None].strip("\n")
+        intro.append(kept + "\n" if kept else "")
     names = sorted({p.stem for p in OUT.glob("*.json")}, key=lambda n: (list(SETTINGS).index(n.split("-")[0])
                                                                           if n.split("-")[0] in SETTINGS else 99, n))
     for name in names:
         js = OUT / f"{name}.json"
-        if js.exists():   # the tables are rebuilt from the JSON, so they follow toolkit.report's format
-            result = BenchResult.load(js)
-            title = SETTINGS.get(name.split("-")[0], {}).get("title")
-            if title and name not in SETTINGS:   # a second table of a setting (--suffix)
-                title = f"{title} ({name}.json)"
-            png = IMG / f"headline_{name}.png"
-            plot_bench(result, png)
-            parts.append(bench_markdown(result, title, f"img/{png.name}"))
-    text = "\n".join(parts).rstrip("\n") + "\n\n"
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    doc = pattern.sub(lambda _: text, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + text
+        result = BenchResult.load(js)   # the tables are rebuilt from the JSON, so they follow toolkit.report's format
+        title = SETTINGS.get(name.split("-")[0], {}).get("title")
+        if title and name not in SETTINGS:   # a second table of a setting (--suffix)
+            title = f"{title} ({name}.json)"
+        png = IMG / f"headline_{name}.png"
+        plot_bench(result, png)
+        text = bench_markdown(result, title, f"img/{png.name}")
+        tables[text.splitlines()[0]] = text
+    text = "\n".join([p for p in intro if p] + [t.rstrip("\n") + "\n" for t in tables.values()]).rstrip("\n") + "\n\n"
+    doc = pattern.sub(lambda _: text, doc) if old else doc.rstrip("\n") + "\n\n" + text
     DOC.write_text(doc)
 
 

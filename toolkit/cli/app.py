@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Annotated, Optional
 
 import typer
@@ -69,6 +70,18 @@ for _name in _COMMANDS:
     importlib.import_module(f"toolkit.cli.{_name}")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """edgetune's own warnings (a truncated log line, a stale replay cache) as one line; others as Python prints them."""
+    if category.__module__.startswith("toolkit."):
+        console.warn(str(message))
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
+_default_show_warning = warnings.showwarning
+
+
 def main() -> None:
     """Console-script entry point."""
+    warnings.showwarning = _show_warning
     app()

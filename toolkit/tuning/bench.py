@@ -31,14 +31,17 @@ import math
 import os
 import platform
 import sys
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 from toolkit import __version__
 from toolkit.boards import Board
 from toolkit.errors import ConfigError, LogError, WorkloadError
-from toolkit.tuning.loop import tune
+from toolkit.tuning.loop import measure_indices, tune
 from toolkit.tuning.measure_result import MeasureResult
 from toolkit.tuning.records import HEADER_KEY, LogHeader, tvm_version
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
@@ -147,6 +150,10 @@ def _read_header(path: Path) -> LogHeader | None:
         return None
 
 
+CHECKED_CONFIGS = 8
+"""Configs of a simulator cache measured again before it is replayed: its best and a fixed sample."""
+
+
 def find_cache(task: Task, dirs: Sequence[str | Path]) -> MeasurementCache | None:
     """An exhaustive log of ``task`` (header equal to the task, every config recorded) in ``dirs``."""
     desc, size = task.describe(), task.space.size
@@ -161,6 +168,70 @@ def find_cache(task: Task, dirs: Sequence[str | Path]) -> MeasurementCache | Non
     return None
 
 
+def stale_configs(task: Task, cache: MeasurementCache, n: int = CHECKED_CONFIGS) -> list[str]:
+    """Configs whose recorded verdict or latency differs from what the simulator gives now.
+
+    A cache's header names the task, not the compiler and simulator that measured it: after a
+    change to either (a schedule the compiler now accepts, a recalibrated timing model) an old
+    cache would replay the old backend's answers. Simulated latencies are deterministic, so the
+    cache's best config and ``n - 1`` configs drawn with a fixed seed must measure as recorded.
+    Only for simulator boards; ``[]`` means the sample agrees.
+
+    >>> # stale_configs(task, MeasurementCache.from_log("C2.jsonl"))  -> ["config 17: recorded invalid, now 5.70 ms"]
+    """
+    if not task.board.profile.is_simulator or not len(cache):
+        return []
+    best = cache.best()
+    rng = np.random.default_rng(0)
+    picks = [best.index] if best is not None else []
+    picks += [i for i in rng.permutation(sorted(cache.by_index)).tolist() if i not in picks][: n - len(picks)]
+    now = measure_indices(task, picks, MeasureOptions(check=False))
+    out = []
+    for index, result in zip(picks, now):
+        rec = cache.lookup(index)
+        if rec.valid != result.valid or (rec.valid and not math.isclose(rec.seconds, result.seconds, rel_tol=1e-6)):
+            out.append(f"config {index}: recorded {_verdict(rec.valid, rec.seconds)}, "
+                       f"now {_verdict(result.valid, result.seconds)}")
+    return out
+
+
+def _verdict(valid: bool, seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms" if valid else "invalid"
+
+
+def set_aside(path: str | Path) -> Path:
+    """Rename a stale cache to ``<name>.stale`` (``.stale-2`` ... if taken): kept, never replayed again."""
+    path = Path(path)
+    target, k = path.with_name(path.name + ".stale"), 1
+    while target.exists():
+        k += 1
+        target = path.with_name(f"{path.name}.stale-{k}")
+    path.rename(target)
+    return target
+
+
+def exhaustive_cache(task: Task, path: str | Path,
+                     callback: Callable[[int, int], None] | None = None) -> MeasurementCache:
+    """The exhaustive cache of ``task`` at ``path``: measured with the simulator (a ``grid`` run,
+    resuming a partial log); a log already there that the current backend no longer reproduces
+    (:func:`stale_configs`) is set aside first (:func:`set_aside`) and the space measured again."""
+    path = Path(path)
+    if path.exists() and _read_header(path) is not None:
+        stale = stale_configs(task, MeasurementCache.from_log(path))
+        if stale:
+            aside = set_aside(path)
+            warnings.warn(f"{path} was measured by another compiler or simulator ({stale[0]}); kept as {aside.name}, "
+                          "measuring the space again", StaleCacheWarning, stacklevel=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(check=False),
+         callback=(lambda s, _: callback(s.trials, task.space.size)) if callback else None)
+    return MeasurementCache.from_log(path)
+
+
+class StaleCacheWarning(UserWarning):
+    """A replay cache disagreed with the current compiler or simulator and was set aside."""
+
+
 def cache_path(task: Task, cache_dir: str | Path) -> Path:
     """Where :func:`ensure_cache` builds the cache of ``task``."""
     label = task.workload.name or task.workload.spec().replace(":", "_").replace(",", "_").replace("=", "")
@@ -171,18 +242,23 @@ def cache_path(task: Task, cache_dir: str | Path) -> Path:
 def ensure_cache(task: Task, cache_dirs: Sequence[str | Path],
                  callback: Callable[[int, int], None] | None = None) -> MeasurementCache:
     """The exhaustive cache of ``task`` from ``cache_dirs``, else measure the whole space (a ``grid``
-    log, resumable) into the first directory. Only simulator boards can be enumerated."""
+    log, resumable) into the first directory. Only simulator boards can be enumerated; their caches
+    are checked against the current simulator first (a stale one is set aside, :func:`stale_configs`)."""
     found = find_cache(task, cache_dirs)
+    while found is not None and task.board.profile.is_simulator:
+        stale = stale_configs(task, found)
+        if not stale:
+            return found
+        aside = set_aside(found.path)
+        warnings.warn(f"{found.path} was measured by another compiler or simulator ({stale[0]}); kept as "
+                      f"{aside.name}, not replayed", StaleCacheWarning, stacklevel=2)
+        found = find_cache(task, cache_dirs)
     if found is not None:
         return found
     if not task.board.profile.is_simulator:
         raise ConfigError(f"board {task.board.name!r} is measured on hardware; replay needs an exhaustive log of "
                           f"{task.workload.label} in --cache-dir, or pass --no-replay")
-    path = cache_path(task, cache_dirs[0] if cache_dirs else DEFAULT_CACHE_DIR)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(check=False),
-         callback=(lambda s, _: callback(s.trials, task.space.size)) if callback else None)
-    return MeasurementCache.from_log(path)
+    return exhaustive_cache(task, cache_path(task, cache_dirs[0] if cache_dirs else DEFAULT_CACHE_DIR), callback)
 
 
 class CompileReplayBuilder(ReplayBuilder):

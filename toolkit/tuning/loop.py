@@ -202,6 +202,17 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
     return summary
 
 
+def measure_indices(task: Task, indices: Sequence[int], options: MeasureOptions | None = None) -> list[MeasureResult]:
+    """Build and measure ``indices`` once with the board's own builder and runner, as a trial would
+    (nothing is logged); results in order."""
+    builder, runner = default_builder(task.board), make_runner(task.board)
+    try:
+        return _measure(task, builder, runner, options or MeasureOptions(check=False), list(indices))
+    finally:
+        runner.close()
+        builder.close()
+
+
 def default_batch_size(builder: LocalBuilder) -> int:
     """Configs per ask/build/measure round: 8 in-process, else 4 per build worker.
 
