@@ -273,9 +273,10 @@ def section(saved: dict, table: dict) -> str:
              f"`nice`, beside other replays, so wall time was up to ~10x the CPU time listed), Python "
              f"{platform.python_version()}. Commands (in order; several ran in parallel on different "
              f"settings/layers, merging into one results file per setting) and dates:", ""]
-    for s, v in saved.items():
-        for c in v["commands"]:
-            lines.append(f"- `{c['cmd']}` ({c['date']})")
+    listed = []
+    for v in saved.values():   # a command that ran several settings is listed once
+        listed += [c for c in v["commands"] if c not in listed]
+    lines += [f"- `{c['cmd']}` ({c['date']})" for c in sorted(listed, key=lambda c: c["date"])]
     lines += ["", "Report: `.venv/bin/python -m bench.bench_ml2tuner --report-only`.", "",
               "### What ran", "", "| setting | valid share | tuner | layers | seeds | CPU s / run (mean) |",
               "|---|---|---|---|---|---|"]

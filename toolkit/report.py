@@ -118,7 +118,8 @@ def bench_markdown(result: BenchResult, title: str | None = None, plot: str | No
     ref = s.get("reference")
     lines = [f"### {title or s.get('board')}", "",
              f"- machine: {e.get('machine')}", f"- command: `{e.get('command')}`", f"- date: {e.get('date')}",
-             f"- versions: edgetune {e.get('edgetune')}, TVM {e.get('tvm')}, Python {e.get('python')}",
+             f"- versions: edgetune {e.get('edgetune')}, TVM {e.get('tvm')}, Python {e.get('python')}"
+             + "".join(f", {k} {v}" for k, v in (e.get("libraries") or {}).items()),
              f"- settings: board `{s.get('board')}`"
              + (f" (VTA config {s['vta_config']})" if s.get("vta_config") else "") + ", template options "
              f"{s.get('template_options') or '{}'}, {s.get('trials')} trials, {s.get('seeds')} seed(s), "

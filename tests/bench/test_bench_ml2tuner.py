@@ -48,6 +48,11 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
     assert "| pynq-tvm | `ml2tuner` | 100.0% **met** | 50.0% **missed** | 0.400 **met** |" in text
     assert "`chameleon-ml2` is compared with its parents on the headline runs" in text  # none of its own here
 
+    bm._save("zcu102-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})   # cmd a ran both
+    both = {s: bm.load_saved(s) for s in ("pynq-tvm", "zcu102-tvm")}
+    text = bm.section(both, bm.summarise({s: v["layers"] for s, v in both.items()}))
+    assert text.count("- `cmd a`") == 1 and text.count("- `cmd b`") == 1                 # each invocation once
+
 
 def test_a_rerun_of_the_same_command_is_recorded_with_its_date(out_dir, monkeypatch):
     meta = {"optimum": 1.0, "size": 10, "n_valid": 4}

@@ -310,6 +310,23 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vs) / len(vs)) if vs else None
 
 
+MODEL_LIBRARIES = ("numpy", "scipy", "scikit-learn", "xgboost-cpu", "torch")
+"""The libraries the tuners' models are built on: a replay reproduces a run bit for bit only with the same ones."""
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of :data:`MODEL_LIBRARIES` (``-`` where one is missing)."""
+    from importlib import metadata
+
+    out = {}
+    for name in MODEL_LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
 def environment(command: str | None = None) -> dict[str, Any]:
     """Machine, command, date and versions, for the header of every bench output."""
     cpu = platform.processor() or platform.machine()
@@ -322,6 +339,7 @@ def environment(command: str | None = None) -> dict[str, Any]:
         pass
     return {"machine": f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
             "python": platform.python_version(), "edgetune": __version__, "tvm": tvm_version(),
+            "libraries": library_versions(),
             "command": command or " ".join(["edgetune", *sys.argv[1:]]),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
