@@ -2,8 +2,8 @@
 
 Each setting is one ``edgetune bench`` command (run as a subprocess, so the tables name the
 exact command); its JSON and markdown land in ``bench/out/headline/`` and its plot in
-``docs/img/``. The section is rebuilt from every setting's JSON found there; a setting whose JSON
-is not there (not rerun, or a fresh checkout: ``bench/out`` is not in git) keeps its table.
+``docs/img/`` (the JSONs are kept in git). The section is rebuilt from every setting's JSON found
+there; a table whose JSON is not there (removed, or never kept) stays as it is.
 
     .venv/bin/python -m bench.headline                       # everything (hours on 2 cores)
     .venv/bin/python -m bench.headline --settings pynq --seeds 1 --layers C2,C5
@@ -86,7 +86,7 @@ def _tables(section: str) -> dict[str, str]:
 
 def write_section() -> None:
     """Rebuild the section from every bench JSON in ``bench/out/headline`` (and ``note.md``); a table
-    already in the docs whose JSON is not here (a fresh checkout, a setting not rerun) is kept as it is."""
+    already in the docs whose JSON is not here is kept as it is."""
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
     old = pattern.search(doc)
