@@ -60,13 +60,13 @@ def ensure_cache(layer: str, cache_dir: Path, build: bool = True) -> str | None:
     (a stale cache is set aside and measured again).
 
     Returns a status line, or None when the cache is incomplete and ``build`` is off."""
-    from toolkit.tuning.bench import exhaustive_cache, stale_configs
+    from toolkit.tuning.bench import exhaustive_cache, set_aside_if_stale
     from toolkit.tuning.replay import MeasurementCache
 
     path = cache_path(cache_dir, layer)
     task = make_task(layer)
     cache = MeasurementCache.from_log(path) if path.exists() else None
-    if cache is not None and len(cache) >= task.space.size and not stale_configs(task, cache):
+    if cache is not None and len(cache) >= task.space.size and not set_aside_if_stale(task, cache):
         return f"{layer}: cache complete ({task.space.size} configs)"
     if not build:
         return None

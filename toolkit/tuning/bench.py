@@ -199,29 +199,31 @@ def _verdict(valid: bool, seconds: float) -> str:
     return f"{seconds * 1e3:.4g} ms" if valid else "invalid"
 
 
-def set_aside(path: str | Path) -> Path:
-    """Rename a stale cache to ``<name>.stale`` (``.stale-2`` ... if taken): kept, never replayed again."""
-    path = Path(path)
+def set_aside_if_stale(task: Task, cache: MeasurementCache) -> bool:
+    """When :func:`stale_configs` finds ``cache`` stale, rename its file to ``<name>.stale`` (``.stale-2``
+    ... if taken: kept, never replayed again), warn (:class:`StaleCacheWarning`) and return True."""
+    stale = stale_configs(task, cache)
+    if not stale:
+        return False
+    path = Path(cache.path)
     target, k = path.with_name(path.name + ".stale"), 1
     while target.exists():
         k += 1
         target = path.with_name(f"{path.name}.stale-{k}")
     path.rename(target)
-    return target
+    warnings.warn(f"{path} was measured by another compiler or simulator ({stale[0]}); kept as {target.name}, "
+                  "not replayed", StaleCacheWarning, stacklevel=3)
+    return True
 
 
 def exhaustive_cache(task: Task, path: str | Path,
                      callback: Callable[[int, int], None] | None = None) -> MeasurementCache:
     """The exhaustive cache of ``task`` at ``path``: measured with the simulator (a ``grid`` run,
     resuming a partial log); a log already there that the current backend no longer reproduces
-    (:func:`stale_configs`) is set aside first (:func:`set_aside`) and the space measured again."""
+    (:func:`stale_configs`) is set aside first (:func:`set_aside_if_stale`) and the space measured again."""
     path = Path(path)
     if path.exists() and _read_header(path) is not None:
-        stale = stale_configs(task, MeasurementCache.from_log(path))
-        if stale:
-            aside = set_aside(path)
-            warnings.warn(f"{path} was measured by another compiler or simulator ({stale[0]}); kept as {aside.name}, "
-                          "measuring the space again", StaleCacheWarning, stacklevel=2)
+        set_aside_if_stale(task, MeasurementCache.from_log(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(check=False),
          callback=(lambda s, _: callback(s.trials, task.space.size)) if callback else None)
@@ -245,13 +247,7 @@ def ensure_cache(task: Task, cache_dirs: Sequence[str | Path],
     log, resumable) into the first directory. Only simulator boards can be enumerated; their caches
     are checked against the current simulator first (a stale one is set aside, :func:`stale_configs`)."""
     found = find_cache(task, cache_dirs)
-    while found is not None and task.board.profile.is_simulator:
-        stale = stale_configs(task, found)
-        if not stale:
-            return found
-        aside = set_aside(found.path)
-        warnings.warn(f"{found.path} was measured by another compiler or simulator ({stale[0]}); kept as "
-                      f"{aside.name}, not replayed", StaleCacheWarning, stacklevel=2)
+    while found is not None and task.board.profile.is_simulator and set_aside_if_stale(task, found):
         found = find_cache(task, cache_dirs)
     if found is not None:
         return found
