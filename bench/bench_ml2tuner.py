@@ -46,11 +46,9 @@ from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
 from toolkit.tuning.bench import exhaustive_cache
 from toolkit.tuning.cost_model import XGBCostModel
 from toolkit.tuning.loop import tune
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder, current_compile_features
-from toolkit.tuning.space import Config
+from toolkit.tuning.replay import (CachedRunner, MeasurementCache, ReplayBuilder, compile_features_of,
+                                   current_compile_features)
 from toolkit.tuning.task import Task
-from toolkit.tuning.template import Artifact, Template
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
 
@@ -64,8 +62,6 @@ SECTION = "## ML2Tuner"
 LAYERS = [f"C{i}" for i in range(2, 12)]
 SETTINGS = ("pynq-tvm", "pynq-own", "zcu102-tvm", "zcu102-own")
 TUNERS = ("xgb", "ml2tuner", "chameleon", "chameleon-ml2")
-MEASURE_ONLY = ("sim.",)
-"""Feature prefixes a measurement adds (simulator counters); never compile-time features."""
 
 
 def board_for(preset: str) -> Board:
@@ -100,27 +96,12 @@ def build_cache(setting: str, layer: str) -> tuple[Task, MeasurementCache]:
     return task, cache
 
 
-def compile_only(features: dict[str, float]) -> dict[str, float]:
-    """The compile-time part of a recorded feature dict."""
-    return {k: v for k, v in features.items() if not k.startswith(MEASURE_ONLY)}
-
-
-class CompileReplayBuilder(ReplayBuilder):
-    """:class:`ReplayBuilder` whose artifacts carry only compile-time features (what a build returns)."""
-
-    def build(self, template: Template, configs: Sequence[Config]) -> list[Artifact | MeasureResult]:
-        out = super().build(template, configs)
-        for o in out:
-            o.features = compile_only(o.features)
-        return out
-
-
 # -- tuning runs ------------------------------------------------------------------------------------
 def run_one(task: Task, cache: MeasurementCache, tuner_name: str, seed: int, trials: int) -> dict:
     """One replayed tuning run: best-so-far history, invalid trials, wall and CPU seconds, tuner stats."""
     tuner = make_tuner(tuner_name, seed=seed)
     t0, c0 = time.perf_counter(), time.process_time()
-    s = tune(task, tuner, min(trials, task.space.size), builder=CompileReplayBuilder(cache),
+    s = tune(task, tuner, min(trials, task.space.size), builder=ReplayBuilder(cache),
              runner=CachedRunner(cache))
     hist = [h if h is not None else float("inf") for h in s.history]
     return {"history": hist, "invalid": s.invalid, "trials": s.trials, "wall_s": time.perf_counter() - t0,
@@ -150,7 +131,7 @@ def rmse_figures(task: Task, cache: MeasurementCache, seed: int, n_train: int = 
     order = np.random.default_rng(seed).permutation(len(valid))
     n_train = min(n_train, len(valid) // 2)
     tr, te = [valid[i] for i in order[:n_train]], [valid[i] for i in order[n_train:]]
-    feats = {r.index: current_compile_features(task.template, compile_only(r.features)) for r in valid}
+    feats = {r.index: current_compile_features(task.template, compile_features_of(r.features)) for r in valid}
     keys = sorted(feats[valid[0].index])
     y_max = max(task.flops / r.seconds for r in valid)
     n_knob = task.space.features([valid[0].index]).shape[1]
