@@ -30,6 +30,7 @@ import dataclasses
 import datetime as dt
 import fcntl
 import json
+import math
 import platform
 import re
 import shlex
@@ -202,7 +203,8 @@ def summarise(results: dict, pairs: dict[str, set] | None = None) -> dict:
                     reach_xgb.append(n_t / n_x)
             if not reach_budget:
                 continue
-            rows[name] = {"invalid": float(np.mean(inv)), "invalid_reduction": float(np.mean(inv_red)),
+            rows[name] = {"invalid": float(np.mean(inv)),  # reduction: NaN where xgb made no invalid trial
+                          "invalid_reduction": float(np.mean(inv_red)) if inv_red else math.nan,
                           "reach_over_budget": float(np.mean(reach_budget)),
                           "reach_over_budget_median": float(np.median(reach_budget)),
                           "reach_over_xgb": float(np.mean(reach_xgb)),
@@ -246,6 +248,14 @@ def _coverage(layers: dict) -> dict[str, tuple[list[str], int]]:
 
 def _verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
+
+
+def _reduction(row: dict, verdict: bool = True) -> str:
+    """A tuner's share of invalid trials fewer than xgb's; ``-`` where xgb made none (nothing to reduce)."""
+    red = row["invalid_reduction"]
+    if math.isnan(red):
+        return "- (xgb made none)"
+    return f"{red:.1%}" + (f" {_verdict(red >= 0.75)}" if verdict else "")
 
 
 def section(saved: dict, table: dict) -> str:
@@ -308,7 +318,7 @@ def section(saved: dict, table: dict) -> str:
         for name, r in rows.items():
             comp = np.mean([np.mean([run["stats"].get("compiled", 0.0) for run in lr["runs"][name].values()])
                             for lr in layers.values() if name in lr["runs"]])
-            red = "-" if name == "xgb" else f"{r['invalid_reduction']:.1%}"
+            red = "-" if name == "xgb" else _reduction(r, verdict=False)
             lines.append(
                 f"| {setting} | `{name}` | {r['invalid']:.1f} | {red} | "
                 f"{r['reach_over_budget']:.1%}, {r['reach_over_budget_median']:.1%} | "
@@ -348,8 +358,7 @@ def section(saved: dict, table: dict) -> str:
         for name in ("ml2tuner", "chameleon-ml2"):
             if name in rows:
                 t = rows[name]
-                lines.append(f"| {setting} | `{name}` | {t['invalid_reduction']:.1%} "
-                             f"{_verdict(t['invalid_reduction'] >= 0.75)} | {t['reach_over_budget']:.1%} "
+                lines.append(f"| {setting} | `{name}` | {_reduction(t)} | {t['reach_over_budget']:.1%} "
                              f"{_verdict(t['reach_over_budget'] <= 0.12)} | {ratio:.3f} {_verdict(ratio <= 0.9)} |")
     parents = parents_table({s: saved[s]["layers"] for s in table})
     if len(parents) > 2:
@@ -433,7 +442,7 @@ def headline_section() -> list[str]:
         for name in TUNERS:
             if name in rows:
                 t = rows[name]
-                inv = "-" if name == "xgb" else f"{t['invalid_reduction']:.1%} {_verdict(t['invalid_reduction'] >= 0.75)}"
+                inv = "-" if name == "xgb" else _reduction(t)
                 reach = (f"{t['reach_over_budget']:.1%}, {t['reach_over_budget_median']:.1%}"
                          + ("" if name == "xgb" else f" {_verdict(t['reach_over_budget'] <= 0.12)}"))
                 lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "

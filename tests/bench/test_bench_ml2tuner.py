@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,19 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
     both = {s: bm.load_saved(s) for s in ("pynq-tvm", "zcu102-tvm")}
     text = bm.section(both, bm.summarise({s: v["layers"] for s, v in both.items()}))
     assert text.count("- `cmd a`") == 1 and text.count("- `cmd b`") == 1                 # each invocation once
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_no_invalid_trials_from_xgb_leaves_the_reduction_undefined_not_a_warning(out_dir):
+    meta = {"optimum": 1.0, "size": 10, "n_valid": 4}
+    bm._save("zcu102-tvm", 4, "cmd", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])},
+                                                   "ml2tuner": {"0": _run([2, 1, 1, 1])}}, {"0": RMSE})
+    saved = bm.load_saved("zcu102-tvm")
+    table = bm.summarise({"zcu102-tvm": saved["layers"]})
+    assert math.isnan(table["zcu102-tvm"]["ml2tuner"]["invalid_reduction"])
+    text = bm.section({"zcu102-tvm": saved}, table)
+    assert "| zcu102-tvm | `ml2tuner` | - (xgb made none) | 50.0% **missed** |" in text
+    assert "nan" not in text
 
 
 def test_a_rerun_of_the_same_command_is_recorded_with_its_date(out_dir, monkeypatch):
