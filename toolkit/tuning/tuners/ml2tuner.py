@@ -420,13 +420,15 @@ class ChameleonML2Tuner(ML2Tuner):
     >>> from toolkit.tuning.tuners.base import make_tuner
     >>> t = make_tuner("chameleon-ml2", seed=0, episodes=32)
     >>> t.params["loss"], t.params["plan_size"], t.params["plan_size"] * (t.params["alpha"] + 1), t.params["k_max"]
-    ('reg', 4, 64, 8)
+    ('rank', 4, 64, 8)
     """
 
     name = "chameleon-ml2"
     options = {
         **{k: v for k, v in ML2Tuner.options.items() if not k.startswith("sa_")},
-        **{k: v for k, v in MODEL_OPTIONS.items() if k != "features"},
+        **{k: v for k, v in MODEL_OPTIONS.items() if k not in ("features", "loss")},
+        "loss": Option("rank", "ModelP's loss, which the RL agent's reward reads: rank (rank:pairwise, as ml2tuner's "
+                       "ModelP) or reg (Chameleon's regression on normalised throughput)", str, ("rank", "reg")),
         **RL_OPTIONS,
         **{k: v for k, v in SAMPLING_OPTIONS.items() if k != "reduction"},
         **{k: replace(SAMPLING_OPTIONS[k], default=v) for k, v in (("k_min", 2), ("k_max", 8), ("k_step", 2))},
