@@ -74,8 +74,8 @@ class ML2Tuner(XGBTuner):
                             float),
         "top_up": Option(3, "when fewer than N candidates survive the filters, the explorer proposes up to this many "
                          "more batches, then random configs (through the same filters) fill the round", int),
-        "a_pool": Option(0, "random unmeasured configs added to each round's candidates once ModelA exists (filtered by "
-                         "ModelV, compiled and ranked by ModelA with the explorer's)", int),
+        "a_pool": Option(0, "random unmeasured configs added to each round's candidates once ModelA exists (filtered "
+                         "by ModelV, compiled and ranked by ModelA with the explorer's)", int),
         "carry": Option(16, "ModelA's best compiled, unmeasured configs of earlier rounds rejoining each round's "
                         "candidates (no new compile; filtered again by the refitted ModelV); 0 = the paper's round",
                         int),
@@ -410,12 +410,13 @@ class ML2Tuner(XGBTuner):
 class ChameleonML2Tuner(ML2Tuner):
     """``chameleon-ml2``: Chameleon's PPO exploration and adaptive sampling, with ModelV and ModelA.
 
-    Per round the RL agent (reward: ModelP) proposes ``(alpha + 1) * N`` candidates; ModelV and the
-    compiler filter them as in ``ml2tuner``; the survivors are clustered on the cardinal knobs
-    (k-means, k by Chameleon's knee rule) and from each cluster the member ModelA rates best is
-    measured; ModelA's best other survivors fill the round up to N (``fill_to_n``; without it a
-    round measures k, Chameleon's adaptive sample count, and takes 2-4x more rounds). Every measured config is a real, unmeasured candidate, so Chameleon's
-    sample synthesis (for redundant centroids) is not needed.
+    Per round the RL agent (reward: ModelP, on the rank loss like ``ml2tuner``'s) proposes
+    ``(alpha + 1) * N`` candidates; ModelV and the compiler filter them as in ``ml2tuner``; the
+    survivors are clustered on the cardinal knobs (k-means, k by Chameleon's knee rule) and from each
+    cluster the member ModelA rates best is measured; ModelA's best other survivors fill the round up
+    to N (``fill_to_n``; without it a round measures k, Chameleon's adaptive sample count, and takes
+    2-4x more rounds). Every measured config is a real, unmeasured candidate, so Chameleon's sample
+    synthesis (for redundant centroids) is not needed.
 
     >>> from toolkit.tuning.tuners.base import make_tuner
     >>> t = make_tuner("chameleon-ml2", seed=0, episodes=32)
