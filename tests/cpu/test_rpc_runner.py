@@ -15,7 +15,7 @@ from toolkit.errors import BoardError
 from toolkit.rpc.tracker import ensure_local_rpc, start_server, start_tracker, tracker_summary
 from toolkit.templates.cpu import CPUConv2dTemplate
 from toolkit.tuning.measure_result import ErrorClass
-from toolkit.tuning.rpc_runner import RPCRunner
+from toolkit.tuning.rpc_runner import RPCRunner, _answers
 from toolkit.tuning.runner import MeasureOptions
 from toolkit.workloads import parse_workload
 
@@ -103,34 +103,62 @@ def test_a_run_longer_than_its_timeout_is_a_timeout(tracker, server, template, i
     assert again.valid
 
 
+class _KillOnceRunner(RPCRunner):
+    """The real runner, which calls ``kill(box)`` in a thread as its first measurement starts (``box`` is the
+    measurement's state: ``run_started`` appears once the kernel runs on the board)."""
+
+    def __init__(self, *args, kill, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kill, self.killer = kill, None
+
+    def _run_in_session(self, live, template, artifact, options, ref, box):
+        if self.killer is None:
+            self.killer = threading.Thread(target=self.kill, args=(box,))
+            self.killer.start()
+        return super()._run_in_session(live, template, artifact, options, ref, box)
+
+
 def test_server_killed_mid_measurement_is_waited_for_and_measured_again(tracker, template, items):
     server = start_server(tracker.address, key="flaky")
-    runner = RPCRunner(*tracker.address, "flaky", wait_timeout_s=60)
-    host, port = tracker.address
     replacement = {}
 
-    def kill_when_busy():
+    def kill_while_running(box):
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:       # a session is in use: the server is no longer free
-            q = tracker_summary(host, port)["queue_info"].get("flaky", {})
-            if q.get("free", 1) == 0:
-                break
-            time.sleep(0.02)
+        while "run_started" not in box and time.monotonic() < deadline:   # the kernel is being timed
+            time.sleep(0.005)
         os.killpg(server.pid, signal.SIGKILL)
         time.sleep(1.0)
         replacement["server"] = start_server(tracker.address, key="flaky", wait=None)
 
-    killer = threading.Thread(target=kill_when_busy)
-    killer.start()
+    runner = _KillOnceRunner(*tracker.address, "flaky", wait_timeout_s=60, kill=kill_while_running)
     try:
-        # long enough per item (>= 3 x 150 ms) that the kill lands inside a measurement
+        # long enough per item (>= 3 x 150 ms) that the kill lands inside the first measurement
         results = runner.run(template, items[:2], MeasureOptions(number=1, repeat=3, min_repeat_ms=150))
     finally:
-        killer.join()
+        if runner.killer is not None:
+            runner.killer.join()
         server.stop()
-        replacement["server"].stop()
-    assert runner.lost_sessions >= 1
+        if "server" in replacement:
+            replacement["server"].stop()
+    assert runner.lost_sessions >= 1, [(r.error, r.message) for r in results]
     assert all(r.valid and len(r.costs) == 3 for r in results), [r.message for r in results]
+
+
+def test_a_session_whose_server_died_no_longer_answers(tracker, template, items):
+    """How the runner tells a lost session from a failed kernel when TVM's message does not say."""
+    server = start_server(tracker.address, key="probe")
+    try:
+        runner = RPCRunner(*tracker.address, "probe")
+        inputs, ref = runner._inputs(template, True)
+        live = runner._open(template, MeasureOptions(), inputs, ref)
+        assert _answers(live)
+        os.killpg(server.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _group_alive(server.pid) and time.monotonic() < deadline:   # dead, not just signalled
+            time.sleep(0.05)
+        assert not _answers(live)
+    finally:
+        server.stop()
 
 
 def test_a_board_that_never_comes_back_is_board_lost(tracker, template, items):

@@ -266,7 +266,9 @@ class RPCRunner(Runner):
             raise
         except Exception as exc:  # noqa: BLE001
             stage = box.get("stage", stage)
-            failure = (_looks_lost(exc), _short(exc))
+            # TVM words a dropped connection differently depending on where the call was cut: a session
+            # that no longer answers is lost whatever the message said
+            failure = (_looks_lost(exc) or (live is not None and not _answers(live)), _short(exc))
         finally:
             # drop a failed session now (not when a traceback cycle is collected): the board is
             # busy until its session closes
@@ -361,6 +363,15 @@ def _upload(sess: Any, artifact: Artifact, name: str) -> None:
         sess.upload(artifact.path, name)
     else:
         raise RuntimeError("the artifact has neither a payload nor a path")
+
+
+def _answers(live: _Live) -> bool:
+    """Whether a session still answers a round trip (its output tensor read back)."""
+    try:
+        live.out.numpy()
+    except Exception:  # noqa: BLE001 - any failure of the round trip means the session is gone
+        return False
+    return True
 
 
 def _looks_lost(exc: BaseException) -> bool:
