@@ -175,7 +175,9 @@ def test_direct_mode_measures_one_server_and_stop_frees_everything(template, ite
     assert _group_alive(server.pid)
     server.stop()
     assert not _group_alive(server.pid)          # the server and its forked workers are gone
-    with socket.socket() as s:                   # and its port is free again
+    with socket.socket() as s:                   # and nothing listens on its port any more
+        # (SO_REUSEADDR: a connection the killed server closed may linger in TIME_WAIT, which is no listener)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", server.port))
 
 
