@@ -7,12 +7,11 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 from toolkit.boards import load_profile, resolve_board
 from toolkit.errors import BoardError
-from toolkit.rpc.tracker import ensure_local_rpc, start_server, start_tracker, tracker_summary
+from toolkit.rpc.tracker import ensure_local_rpc, group_alive, start_server, start_tracker, tracker_summary
 from toolkit.templates.cpu import CPUConv2dTemplate
 from toolkit.tuning.measure_result import ErrorClass
 from toolkit.tuning.rpc_runner import RPCRunner, _answers
@@ -43,18 +42,6 @@ def template():
 def items(template):
     space = template.space()
     return [(space.get(i), template.build(space.get(i))) for i in space.sample(3, np.random.default_rng(5))]
-
-
-def _group_alive(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes of a process group."""
-    out = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
 
 
 def test_server_registers_under_its_key_on_loopback(tracker, server):
@@ -154,7 +141,7 @@ def test_a_session_whose_server_died_no_longer_answers(tracker, template, items)
         assert _answers(live)
         os.killpg(server.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while _group_alive(server.pid) and time.monotonic() < deadline:   # dead, not just signalled
+        while group_alive(server.pid) and time.monotonic() < deadline:   # dead, not just signalled
             time.sleep(0.05)
         assert not _answers(live)
     finally:
@@ -172,9 +159,9 @@ def test_direct_mode_measures_one_server_and_stop_frees_everything(template, ite
     runner = RPCRunner.direct(f"{server.address[0]}:{server.address[1]}")
     (r,) = runner.run(template, items[:1], MeasureOptions(repeat=2))
     assert r.valid and len(r.costs) == 2
-    assert _group_alive(server.pid)
+    assert group_alive(server.pid)
     server.stop()
-    assert not _group_alive(server.pid)          # the server and its forked workers are gone
+    assert not group_alive(server.pid), "stop() returned with the server group alive"  # workers included
     with socket.socket() as s:                   # and nothing listens on its port any more
         # (SO_REUSEADDR: a connection the killed server closed may linger in TIME_WAIT, which is no listener)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -219,12 +206,12 @@ def test_local_rpc_processes_die_with_a_killed_owner():
     owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(x) for x in owner.stdout.readline().split()]
-        assert len(pids) == 2 and all(_group_alive(p) for p in pids)
+        assert len(pids) == 2 and all(group_alive(p) for p in pids)
     finally:
         owner.kill()                     # SIGKILL: no atexit, no cleanup code runs
         owner.wait()
     deadline = time.monotonic() + 10
-    while any(_group_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(group_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     # every process of both groups, the workers the tracker and server forked included
-    assert not any(_group_alive(p) for p in pids), [q.cmdline() for p in pids for q in _group_alive(p)]
+    assert not any(group_alive(p) for p in pids), [q.cmdline() for p in pids for q in group_alive(p)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from toolkit.errors import BoardError
 from toolkit.rpc.state import read_state, remove_state, write_state
-from toolkit.rpc.tracker import LOOPBACK, start_tracker, tracker_summary
+from toolkit.rpc.tracker import LOOPBACK, kill_group, start_tracker, tracker_summary
 
 DEFAULT_PORT = 9190
 
@@ -70,6 +70,7 @@ def stop_service(timeout: float = 5.0) -> bool:
             time.sleep(0.05)
         if not _alive(pid):
             break
+    kill_group(pid, timeout)       # the workers it forked, which may outlive it
     remove_state("tracker")
     if state.get("log"):
         Path(state["log"]).unlink(missing_ok=True)

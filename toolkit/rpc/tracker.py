@@ -26,10 +26,36 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import psutil
+
 from toolkit.errors import BoardError
 
 LOOPBACK = "127.0.0.1"
 _BIND = re.compile(r"bind to \S+?:(\d+)")
+
+
+def group_alive(pgid: int) -> list[psutil.Process]:
+    """The live (non-zombie) processes of process group ``pgid``."""
+    out = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
+def kill_group(pgid: int, timeout: float = 5.0) -> None:
+    """SIGKILL process group ``pgid`` until none of it runs (or ``timeout``): the delivery is asynchronous,
+    and only a dead group has freed its ports."""
+    deadline = time.monotonic() + timeout
+    while group_alive(pgid) and time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.02)
 
 
 def _free_port(host: str) -> int:
@@ -98,11 +124,7 @@ class _Process:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        # workers may outlive the leader; the group id is still the leader's pid
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid, timeout)   # workers may outlive the leader
         if not self._log.closed:
             self._log.close()
             Path(self.log_path).unlink(missing_ok=True)
