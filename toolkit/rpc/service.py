@@ -6,6 +6,7 @@ loopback unless exposed; boards reach it through SSH reverse tunnels (:mod:`tool
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -26,6 +27,12 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid``'s exit status if it is our child (tests start the tracker in-process)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def running_tracker() -> dict | None:
@@ -56,21 +63,14 @@ def stop_service(timeout: float = 5.0) -> bool:
     if not state:
         return False
     pid = int(state["pid"])
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            try:
-                os.waitpid(pid, os.WNOHANG)  # reap if it is our child (tests start it in-process)
-            except ChildProcessError:
-                pass
-            time.sleep(0.05)
-        if not _alive(pid):
-            break
-    kill_group(pid, timeout)       # the workers it forked, which may outlive it
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.05)
+    kill_group(pid, timeout)       # SIGKILL what still runs, the workers it forked included
+    _reap(pid)
     remove_state("tracker")
     if state.get("log"):
         Path(state["log"]).unlink(missing_ok=True)

@@ -114,17 +114,12 @@ class _Process:
     def stop(self, timeout: float = 5.0) -> None:
         """Kill the process group (SIGTERM, then SIGKILL) and remove the log."""
         if self.proc.returncode is None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(timeout)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        kill_group(self.proc.pid, timeout)   # workers may outlive the leader
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        kill_group(self.proc.pid, timeout)   # what still runs, workers that outlive the leader included
+        self.proc.poll()                     # reap the leader if the SIGKILL ended it
         if not self._log.closed:
             self._log.close()
             Path(self.log_path).unlink(missing_ok=True)
