@@ -1,6 +1,6 @@
 """Chameleon (``chameleon``, ``rl``, ``sa-as``) against AutoTVM (``xgb``) on vta-fsim, ResNet-18 C2-C11.
 
-Every tuner runs through :func:`toolkit.tuning.loop.tune` with :class:`ReplayBuilder` /
+Every tuner runs through :func:`toolkit.tuning.session.tune` with :class:`ReplayBuilder` /
 :class:`CachedRunner`: the measurements are **replayed** from an exhaustive simulator cache per layer
 (a ``grid`` tuning log of every config), so many seeds are affordable; a missing cache is built first
 with the real simulator (``--cache-dir``, default ``bench/out/tuning-cache``, shared with
@@ -49,10 +49,10 @@ def cache_path(cache_dir: Path, layer: str) -> Path:
 
 def make_task(layer: str):
     from toolkit.boards import resolve_board
-    from toolkit.tuning.task import Task
+    from toolkit.backends import make_task as backend_task
     from toolkit.workloads import parse_workload
 
-    return Task.create(parse_workload(f"resnet18.{layer}"), resolve_board("vta-fsim"))
+    return backend_task(parse_workload(f"resnet18.{layer}"), resolve_board("vta-fsim"))
 
 
 def ensure_cache(layer: str, cache_dir: Path, build: bool = True) -> str | None:
@@ -60,7 +60,7 @@ def ensure_cache(layer: str, cache_dir: Path, build: bool = True) -> str | None:
     (a stale cache is set aside and measured again).
 
     Returns a status line, or None when the cache is incomplete and ``build`` is off."""
-    from toolkit.tuning.bench import exhaustive_cache, set_aside_if_stale
+    from toolkit.bench import exhaustive_cache, set_aside_if_stale
     from toolkit.tuning.replay import MeasurementCache
 
     path = cache_path(cache_dir, layer)
@@ -80,7 +80,7 @@ def run_one(job: tuple[str, str, int, int, dict[str, Any], str]) -> dict[str, An
     layer, label, seed, budget, options, cache_dir = job
     tuner_name, label_options = parse_label(label)
     options = {**label_options, **options}
-    from toolkit.tuning.loop import tune
+    from toolkit.tuning.session import tune
     from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
     from toolkit.tuning.tuners import make_tuner
 

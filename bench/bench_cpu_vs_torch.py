@@ -89,14 +89,14 @@ def race(template, index: int, rounds: int, threads: int) -> dict[str, float]:
 
 def tune_layer(layer: str, trials: int, tuner_name: str, seed: int):
     from toolkit.boards import resolve_board
-    from toolkit.tuning.loop import tune
-    from toolkit.tuning.measure import LocalBuilder
-    from toolkit.tuning.runner import MeasureOptions
-    from toolkit.tuning.task import Task
+    from toolkit.tuning.session import tune
+    from toolkit.tuning.core.builder import LocalBuilder
+    from toolkit.tuning.core.runner import MeasureOptions
+    from toolkit.backends import make_task
     from toolkit.tuning.tuners.base import make_tuner
     from toolkit.workloads import parse_workload
 
-    task = Task.create(parse_workload(f"resnet18.{layer}"), resolve_board("local"))
+    task = make_task(parse_workload(f"resnet18.{layer}"), resolve_board("local"))
     OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / f"{layer}.jsonl"
     t0 = time.perf_counter()

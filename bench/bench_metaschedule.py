@@ -42,7 +42,7 @@ LAYERS = ("C2", "C5", "C8")
 
 
 def options():
-    from toolkit.tuning.runner import MeasureOptions
+    from toolkit.tuning.core.runner import MeasureOptions
 
     return MeasureOptions(number=1, repeat=3, min_repeat_ms=20, check=False)
 
@@ -50,14 +50,14 @@ def options():
 def run_one(layer: str, tuner_name: str, seed: int, trials: int) -> Path:
     """Tune ``resnet18.<layer>`` on ``local`` with ``tuner_name`` (resumes an existing log)."""
     from toolkit.boards import resolve_board
-    from toolkit.tuning.loop import tune
-    from toolkit.tuning.task import Task
+    from toolkit.tuning.session import tune
+    from toolkit.backends import make_task
     from toolkit.tuning.tuners.base import make_tuner
     from toolkit.workloads import parse_workload
 
     OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / f"{tuner_name}-{layer}-s{seed}.jsonl"
-    task = Task.create(parse_workload(f"resnet18.{layer}"), resolve_board("local"))
+    task = make_task(parse_workload(f"resnet18.{layer}"), resolve_board("local"))
     s = tune(task, make_tuner(tuner_name, seed=seed), trials, log=log, resume=True, measure_options=options(),
              callback=lambda s, _: print(f"  {tuner_name} {layer} s{seed}: {s.trials}/{trials} "
                                          f"{s.best_gops:.1f} GFLOPS", flush=True))
@@ -67,7 +67,7 @@ def run_one(layer: str, tuner_name: str, seed: int, trials: int) -> Path:
 
 def read_run(log: Path, trials: int) -> dict:
     """Best GFLOPS over the first ``trials`` records, the trials counted, valid ones and wall seconds."""
-    from toolkit.tuning.records import read_log
+    from toolkit.tuning.journal import read_log
     from toolkit.workloads import Conv2dWorkload
 
     header, records = read_log(log)
@@ -81,7 +81,7 @@ def read_run(log: Path, trials: int) -> dict:
 
 
 def render(rows: list[dict], args: argparse.Namespace, started: str, load: str) -> str:
-    from toolkit.tuning.bench import environment
+    from toolkit.bench import environment
 
     env = environment()
     lines = [
@@ -130,7 +130,7 @@ def render_json(path: Path, tuners: list[str], load: str, heading: str = SECTION
     """The section from an ``edgetune bench`` JSON holding ``metaschedule`` and edgetune tuners' runs.
 
     Every tuner in ``tuners`` is compared with ``metaschedule`` on the same layer and seed."""
-    from toolkit.tuning.bench import BenchResult
+    from toolkit.bench import BenchResult
     from toolkit.workloads import parse_workload
 
     res = BenchResult.load(path)

@@ -15,7 +15,7 @@ edgetune's own space (``own``).
    **replay** these recorded simulator measurements (:mod:`toolkit.tuning.replay`): a trial returns
    the recorded latency or error, and ``compile_features`` returns the recorded compile-time features
    (simulator counters stripped) or the recorded build error, as compiling would.
-2. Every tuner runs ``--trials`` trials per (setting, layer, seed) through :func:`toolkit.tuning.loop.tune`.
+2. Every tuner runs ``--trials`` trials per (setting, layer, seed) through :func:`toolkit.tuning.session.tune`.
 3. Figures (per setting, averaged over layers): invalid trials relative to ``xgb``; trials a tuner
    needs to reach ``xgb``'s best at the full budget (same seed); ModelA's RMSE / ModelP's RMSE on
    held-out records (regression models trained on random valid configs, tested on the rest).
@@ -42,14 +42,15 @@ from typing import Sequence
 import numpy as np
 
 from toolkit import console
+from toolkit.backends import make_task as backend_task
 from toolkit.boards import Board, resolve_board
-from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
-from toolkit.tuning.bench import exhaustive_cache
-from toolkit.tuning.cost_model import XGBCostModel
-from toolkit.tuning.loop import tune
+from toolkit.tuning.models.advanced import AdvancedCostModel, time_columns
+from toolkit.bench import exhaustive_cache
+from toolkit.tuning.models.cost import XGBCostModel
+from toolkit.tuning.session import tune
 from toolkit.tuning.replay import (CachedRunner, MeasurementCache, ReplayBuilder, compile_features_of,
                                    current_compile_features)
-from toolkit.tuning.task import Task
+from toolkit.tuning.core.task import Task
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
 
@@ -76,7 +77,7 @@ def board_for(preset: str) -> Board:
 
 def make_task(setting: str, layer: str) -> Task:
     preset, mode = setting.split("-")
-    return Task.create(parse_workload(f"resnet18.{layer}"), board_for(preset), tvm_compat=(mode == "tvm"))
+    return backend_task(parse_workload(f"resnet18.{layer}"), board_for(preset), tvm_compat=(mode == "tvm"))
 
 
 def cache_path(setting: str, layer: str) -> Path:
@@ -379,7 +380,7 @@ HEADLINE = {"pynq-own": OUT / "headline" / "pynq.json", "zcu102-tvm": OUT / "hea
 
 def headline_layers(path: Path) -> dict:
     """An ``edgetune bench`` JSON as this module's per-layer results (``runs[tuner][seed]``)."""
-    from toolkit.tuning.bench import BenchResult
+    from toolkit.bench import BenchResult
 
     layers: dict = {}
     for r in BenchResult.load(path).runs:

@@ -30,7 +30,8 @@ import numpy as np
 from bench.bench_tuning import build_cache
 from toolkit import console
 from toolkit.boards import resolve_board
-from toolkit.networks import get_network, plan_tasks
+from toolkit.backends import backend_for, tasks_of
+from toolkit.workloads.networks import get_network
 from toolkit.tuning.network import NetworkSummary, tune_network
 from toolkit.tuning.replay import CachedRunner, ReplayBuilder
 from toolkit.tuning.scheduler import make_scheduler
@@ -46,7 +47,7 @@ PYNQ_MS = {layer: ms for layer, (_, ms) in PYNQ_MEASUREMENTS.items()}
 
 
 def run(trials: int, seeds: int, tuner: str, round_trials: int) -> dict:
-    plan = plan_tasks(get_network("resnet18"), "vta")
+    plan = backend_for("vta").plan_network(get_network("resnet18"))
     board = resolve_board("vta-fsim")
     caches: dict = {}
     for t in plan.tasks:
@@ -63,9 +64,9 @@ def run(trials: int, seeds: int, tuner: str, round_trials: int) -> dict:
             for seed in range(seeds):
                 tid = bar.add_task(f"{name} seed {seed}", total=trials, status="")
                 t0 = time.perf_counter()
-                s = tune_network(plan, board, tuner, trials, seed=seed,
+                s = tune_network(plan, tasks_of(plan, board), tuner, trials, seed=seed,
                                  scheduler=make_scheduler(name, seed=seed, trials_per_round=round_trials),
-                                 backends=lambda task: (ReplayBuilder(caches[task.workload]),
+                                 measure_with=lambda task: (ReplayBuilder(caches[task.workload]),
                                                         CachedRunner(caches[task.workload])),
                                  callback=lambda s, tid=tid: bar.update(
                                      tid, completed=s.trials, status=f"{s.total_seconds * 1e3:.2f} ms"))

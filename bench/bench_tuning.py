@@ -29,12 +29,13 @@ import numpy as np
 
 from toolkit import console
 from toolkit.boards import resolve_board
-from toolkit.tuning.bench import exhaustive_cache
-from toolkit.tuning.loop import tune
+from toolkit.bench import exhaustive_cache
+from toolkit.tuning.session import tune
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
-from toolkit.tuning.task import Task
+from toolkit.tuning.core.task import Task
 from toolkit.tuning.tuners.base import TuningContext, make_tuner
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = ROOT / "bench" / "out" / "tuning-cache"
@@ -47,7 +48,7 @@ CHECKPOINTS = (16, 32, 64, 128, 256, 400)
 
 def build_cache(layer: str) -> tuple[Task, MeasurementCache, float]:
     """Measure every config of ``layer`` on the simulator (resuming a partial cache; a stale one is set aside)."""
-    task = Task.create(parse_workload(f"resnet18.{layer}"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload(f"resnet18.{layer}"), resolve_board("vta-fsim"))
     path = CACHE_DIR / f"{layer}.jsonl"
     t0 = time.perf_counter()
     with console.progress(transient=True) as bar:
@@ -100,8 +101,8 @@ def overhead_large(repeats: int = 3) -> dict[str, float]:
     The space is a CPU-style conv2d space (4-way splits of 56, 56, 64 and 64, 2-way split of
     the reduction, unroll knobs), the 500 throughputs a smooth synthetic function of the knobs.
     """
-    from toolkit.tuning.measure_result import MeasureResult
-    from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+    from toolkit.tuning.core.result import MeasureResult
+    from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
     import xgboost  # noqa: F401
 
     space = ConfigSpace([SplitKnob("tile_y", 56, 4), SplitKnob("tile_x", 56, 4), SplitKnob("tile_f", 64, 4),

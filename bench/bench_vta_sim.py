@@ -9,7 +9,7 @@
 3. Sweep: every config of ``vta_tvm018_resnet18_truth.jsonl`` that TVM v0.18 ran correctly is compiled
    and simulated timing-only; the seven counters must equal fsim's; cost per instruction is reported.
 4. Calibration table: predicted vs measured Pynq time (vta.md 6.2) for the five calibration layers,
-   on edgetune's compiled programs and on TVM v0.18's own programs (``/work/shared/data``), each
+   on edgetune's compiled programs and on TVM v0.18's own programs (``tests/data``), each
    within 25%. ``--refit`` re-runs the fit that produced :data:`toolkit.vta.timing.PYNQ_CALIBRATED`
    (Nelder-Mead on the TVM programs of C2, C4, C5, C11; C8 is held out).
 
@@ -171,7 +171,7 @@ def _section(speed: dict, sweep: dict, rows: list[dict], params: TimingParams, a
         f"{sweep['worst'][0]:.2f} s | all equal |", "",
         "Calibration (Pynq, 100 MHz, 64-bit bus; measured = TopHub `vta_v0.06` best time, vta.md 6.2). "
         "\"edgetune program\" = `compile_conv2d` output; \"TVM program\" = TVM v0.18's own instruction stream "
-        "for the same config (`/work/shared/data/vta_tvm018_programs`). The constants were fitted on the TVM "
+        "for the same config (`tests/data/vta_tvm018_programs`). The constants were fitted on the TVM "
         "programs of C2, C4, C5, C11; C8 (no TVM dump of its config) is held out.", "",
         "| layer | measured ms | predicted ms (edgetune program) | error | predicted ms (TVM program) | "
         "device cycles | load / compute / store busy (kcycles) | used in fit |",

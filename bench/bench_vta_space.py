@@ -27,7 +27,7 @@ from toolkit.vta.compiler import check_config, compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError
 from toolkit.vta.sim import simulate
-from toolkit.vta.space import explore, vta_conv2d_space
+from toolkit.backends.vta.space import explore, vta_conv2d_space
 from toolkit.workloads import parse_workload
 
 ROOT = Path(__file__).resolve().parents[1]

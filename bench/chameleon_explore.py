@@ -74,8 +74,8 @@ def ceiling_run(space: Any, seconds: np.ndarray, target: float, seed: int, budge
                 X: np.ndarray | None = None) -> int | None:
     """Trials until a config within ``target`` is measured, by the idealised loop (None: not within budget).
     ``X``: the model's features of every config (default: the knob features)."""
-    from toolkit.tuning.cost_model import XGBCostModel
-    from toolkit.tuning.sampling import cardinal_knobs, select_k, spread_sample
+    from toolkit.tuning.models.cost import XGBCostModel
+    from toolkit.tuning.search.sampling import cardinal_knobs, select_k, spread_sample
 
     seed += draw
     rng = np.random.default_rng(seed)

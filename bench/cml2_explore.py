@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.boards import resolve_board, with_vta_preset
-from toolkit.tuning.bench import BenchResult, expand_workloads, geomean, run_bench
+from toolkit.bench import BenchResult, expand_workloads, geomean, run_bench
 
 from bench.bench_ml2tuner import trials_to_reach
 from bench.headline import CACHES, OUT, SETTINGS
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="also save the replayed runs (edgetune bench JSON)")
     args = ap.parse_args(argv)
     board = with_vta_preset(resolve_board("vta-fsim"), "zcu102" if args.setting == "zcu102" else None)
-    wls = expand_workloads([f"resnet18.{x}" for x in args.layers.split(",")], board.profile.family)
+    wls = expand_workloads([f"resnet18.{x}" for x in args.layers.split(",")])
     res = run_bench(board, wls, ["xgb", args.tuner], SETTINGS[args.setting]["trials"], args.seeds,
                     template_options={"tvm_compat": True} if args.setting == "zcu102" else {}, cache_dirs=CACHES,
                     tuner_options={args.tuner: json.loads(args.options)})

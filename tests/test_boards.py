@@ -1,6 +1,7 @@
 """Board profiles and the inventory: loading, targets, atomic writes, corrupt files."""
 
 import os
+from pathlib import Path
 
 import pytest
 import tvm
@@ -121,10 +122,12 @@ def test_builtin_boards_need_no_registration(tmp_path):
     assert resolve_board("vta-fsim", inv).profile.is_simulator
 
 
-def test_shared_ground_truth_is_found_beside_the_checkout_or_by_env(tmp_path, monkeypatch):
-    from toolkit.testing.shared_data import shared_data_dir
+def test_the_ground_truth_is_in_the_repository(tmp_path, monkeypatch):
+    from toolkit.testing import shared_data
 
-    found = shared_data_dir()
+    found = shared_data.shared_data_dir()
     assert (found / "vta_tvm018_programs" / "c2.txt").is_file()
-    monkeypatch.setenv("EDGETUNE_SHARED_DATA", str(found))
-    assert shared_data_dir() == found
+    assert found == Path(__file__).resolve().parent / "data"
+    monkeypatch.setattr(shared_data, "DATA_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="tests/data"):
+        shared_data.shared_data_dir()

@@ -11,7 +11,6 @@ The *inventory* lists the user's boards: name, type, host, SSH details, RPC key,
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import tempfile
@@ -23,13 +22,14 @@ from typing import Any
 
 import tomli_w
 
-from toolkit.errors import BoardError, ConfigError, InventoryError
+from toolkit.errors import BoardError, InventoryError
 
 PROFILE_DIR = Path(os.environ.get("EDGETUNE_BOARDS_DIR", Path(__file__).resolve().parent.parent / "boards"))
 BUILTIN_BOARDS = ("vta-fsim", "local")
 """Boards that need no registration: the simulator and this machine's CPU."""
 
-FAMILIES = ("vta", "cpu", "cuda")
+FAMILIES: dict[str, tuple[str, ...]] = {"vta": ("vta",), "cpu": (), "cuda": ()}
+"""Board families, each with the profile tables its boards need (its backend: :mod:`toolkit.backends`)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -92,10 +92,11 @@ def load_profile(name: str) -> BoardProfile:
     try:
         family = raw["family"]
         if family not in FAMILIES:
-            raise BoardError(f"board profile {path}: family must be one of {FAMILIES}, got {family!r}")
+            raise BoardError(f"board profile {path}: family must be one of {tuple(FAMILIES)}, got {family!r}")
         vta = raw.get("vta")
-        if family == "vta" and not vta:
-            raise BoardError(f"board profile {path}: a vta board needs a [vta] table")
+        for table in FAMILIES[family]:
+            if not raw.get(table):
+                raise BoardError(f"board profile {path}: a {family} board needs a [{table}] table")
         return BoardProfile(
             name=name,
             description=raw["description"],
@@ -279,29 +280,6 @@ class Board:
     def rpc_key(self) -> str:
         """RPC key of the board."""
         return self.entry.effective_rpc_key if self.entry else self.profile.rpc_key
-
-
-def with_vta_preset(board: Board, preset: str | None) -> Board:
-    """``board`` simulating another VTA hardware preset (``vta-fsim`` + ``zcu102`` -> ``vta-fsim-zcu102``).
-
-    Only the profile's ``[vta] preset`` changes, so the simulator (in this process) models that config; a real
-    FPGA board keeps the bitstream it has (:class:`ConfigError`), as does a non-VTA board.
-
-    >>> with_vta_preset(resolve_board("vta-fsim"), "zcu102").name
-    'vta-fsim-zcu102'
-    """
-    if preset is None or (board.profile.vta or {}).get("preset") == preset:
-        return board
-    if board.profile.family != "vta":
-        raise ConfigError(f"--vta-config applies to VTA boards; {board.name!r} is a {board.profile.family} board")
-    if not board.profile.is_simulator:
-        raise ConfigError(f"--vta-config simulates another VTA preset; {board.name!r} is an FPGA with its own "
-                          f"bitstream: register a board of that type instead (edgetune board types)")
-    from toolkit.vta.config import get_preset
-
-    get_preset(preset)
-    vta = {**(board.profile.vta or {}), "preset": preset}
-    return Board(f"{board.name}-{preset}", dataclasses.replace(board.profile, vta=vta))
 
 
 def resolve_board(name: str, inventory: Inventory | None = None) -> Board:

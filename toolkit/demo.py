@@ -13,17 +13,17 @@ from pathlib import Path
 
 from toolkit import console
 from toolkit.boards import resolve_board
-from toolkit.tuning.loop import TuneSummary, tune
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.space import ConfigSpace
-from toolkit.tuning.task import Task
+from toolkit.tuning.session import TuneSummary, tune
+from toolkit.tuning.core.runner import MeasureOptions
+from toolkit.tuning.core.space import ConfigSpace
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 
 def run_tuning_demo(out: Path, trials: int = 128, workload: str = "resnet18.C2", seed: int = 0) -> TuneSummary:
     """Tune ``workload`` on the simulator with ``xgb``; the log is ``out/logs/vta-fsim/<workload>.jsonl``."""
-    task = Task.create(parse_workload(workload), resolve_board("vta-fsim"))
+    task = make_task(parse_workload(workload), resolve_board("vta-fsim"))
     log = out / "logs" / "vta-fsim" / f"{task.workload.label}.jsonl"
     with console.progress() as bar:
         tid = bar.add_task(f"xgb {task.workload.label} on vta-fsim", total=trials, status="")

@@ -32,3 +32,17 @@ class ConfigError(EdgetuneError, ValueError):
 
 class LogError(EdgetuneError):
     """A tuning log that cannot be used (corrupt header, wrong schema, no valid record)."""
+
+
+class ExportError(EdgetuneError):
+    """An export that cannot be written, read or run (bad log, wrong board type, corrupt folder)."""
+
+
+class BoardLostError(EdgetuneError):
+    """The board went away mid-measurement. The tuning loop re-measures the batch (never records it)."""
+
+
+def last_line(exc: BaseException) -> str:
+    """The line of a (TVM) error message that says what went wrong, at most 300 characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else type(exc).__name__))[:300]

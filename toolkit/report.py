@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.bench import BenchResult
-from toolkit.tuning.records import Record, read_log
+from toolkit.bench import BenchResult
+from toolkit.tuning.journal import Record, read_log
 
 
 def _pyplot():

@@ -7,8 +7,9 @@ import math
 import pytest
 
 from toolkit.errors import ConfigError, WorkloadError
-from toolkit.tuning.bench import (BenchResult, BenchRun, assign_trials_to_match, expand_workloads, geomean,
-                                  run_bench, summarize, trials_to_match)
+from toolkit.backends import make_task
+from toolkit.bench import (BenchResult, BenchRun, assign_trials_to_match, expand_workloads, geomean,
+                           run_bench, summarize, trials_to_match)
 
 
 def _run(tuner: str, seed: int, history: list[float | None], invalid: int = 0, workload: str = "w") -> BenchRun:
@@ -58,20 +59,20 @@ def test_summary_without_an_optimum_leaves_the_ratio_empty():
 
 
 def test_resnet18_on_vta_means_c2_to_c11_and_specs_pass_through():
-    names = [w.name for w in expand_workloads(["resnet18"], "vta")]
+    names = [w.name for w in expand_workloads(["resnet18"], first_conv_on_cpu=True)]
     assert names == [f"resnet18.C{i}" for i in range(2, 12)]
-    assert [w.name for w in expand_workloads(["resnet18"], "cpu")][0] == "resnet18.C1"
-    wls = expand_workloads(["resnet18.C2,resnet18.C5", "conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1"], "vta")
+    assert [w.name for w in expand_workloads(["resnet18"])][0] == "resnet18.C1"
+    wls = expand_workloads(["resnet18.C2,resnet18.C5", "conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1"], first_conv_on_cpu=True)
     assert [w.label for w in wls][:2] == ["resnet18.C2", "resnet18.C5"] and wls[2].ci == 16
     with pytest.raises(WorkloadError):
-        expand_workloads(["nonet"], "vta")
+        expand_workloads(["nonet"], first_conv_on_cpu=True)
 
 
 def test_reference_must_be_benched(tmp_path):
     from toolkit.boards import resolve_board
 
     with pytest.raises(ConfigError, match="reference"):
-        run_bench(resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], "vta"), ["random"], 4, 1,
+        run_bench(resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], first_conv_on_cpu=True), ["random"], 4, 1,
                   reference="xgb", cache_dirs=[tmp_path])
 
 
@@ -84,15 +85,15 @@ def test_result_round_trips_through_json():
 def test_vta_config_selects_the_simulated_preset():
     import dataclasses
 
-    from toolkit.boards import Board, resolve_board, with_vta_preset
-    from toolkit.tuning.task import Task
+    from toolkit.backends.vta.backend import with_vta_preset
+    from toolkit.boards import Board, resolve_board
     from toolkit.workloads import parse_workload
 
     sim = resolve_board("vta-fsim")
     assert with_vta_preset(sim, None) is sim and with_vta_preset(sim, "pynq") is sim
     zcu = with_vta_preset(sim, "zcu102")
     assert zcu.name == "vta-fsim-zcu102" and zcu.profile.is_simulator
-    assert Task.create(parse_workload("resnet18.C11"), zcu).describe()["hw"]["TARGET"] == "zcu102"
+    assert make_task(parse_workload("resnet18.C11"), zcu).describe()["hw"]["TARGET"] == "zcu102"
     with pytest.raises(ConfigError, match="preset"):
         with_vta_preset(sim, "nosuch")
     cpu = Board("cpu-box", dataclasses.replace(sim.profile, family="cpu", vta=None))
@@ -102,9 +103,9 @@ def test_vta_config_selects_the_simulated_preset():
 
 def test_a_resumed_bench_checkpoints_the_earlier_runs_it_has_not_reached_yet(tmp_path):
     from toolkit.boards import resolve_board
-    from toolkit.tuning.bench import expand_workloads, run_bench
+    from toolkit.bench import expand_workloads, run_bench
 
-    board, wls = resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], "vta")
+    board, wls = resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], first_conv_on_cpu=True)
     first = run_bench(board, wls, ["random"], 4, 2, reference="random", cache_dirs=[tmp_path])
     seen = []
     run_bench(board, wls, ["random", "grid"], 4, 2, reference="random", cache_dirs=[tmp_path], previous=first,

@@ -7,17 +7,17 @@ import json
 import pytest
 
 from toolkit.boards import resolve_board
-from toolkit.tuning.bench import (StaleCacheWarning, cache_path, ensure_cache, exhaustive_cache, find_cache,
+from toolkit.bench import (StaleCacheWarning, cache_path, ensure_cache, exhaustive_cache, find_cache,
                                   stale_configs)
 from toolkit.tuning.replay import MeasurementCache
-from toolkit.tuning.task import Task
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 
 @pytest.fixture(scope="module")
 def small():
     """A 14x14 conv2d on vta-fsim (a few hundred configs) and its exhaustive cache."""
-    return Task.create(parse_workload("conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"), resolve_board("vta-fsim"))
+    return make_task(parse_workload("conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"), resolve_board("vta-fsim"))
 
 
 def _rewrite(path, change) -> None:

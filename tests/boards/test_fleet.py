@@ -16,14 +16,14 @@ from toolkit.cli.app import app
 from toolkit.rpc.provision import remote_paths
 from toolkit.rpc.ssh import connect_board
 from toolkit.rpc.tunnel import running_keeper
-from toolkit.rpc.vta_runner import VTARPCRunner
-from toolkit.tuning.loop import tune
-from toolkit.tuning.measure_result import ErrorClass
-from toolkit.tuning.records import read_log
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.task import Task
+from toolkit.backends.vta.rpc_runner import VTARPCRunner
+from toolkit.tuning.session import tune
+from toolkit.tuning.core.result import ErrorClass
+from toolkit.tuning.journal import read_log
+from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 from .conftest import free_port
 
@@ -57,7 +57,7 @@ def test_two_boards_one_key_survive_a_lost_agent(sshd, trusted, tmp_path):
         # clients are sent to the SSH tunnels' local ends on loopback, never to a board address
         assert sorted(s["addr"][1] for s in servers) == sorted(running_keeper(n)["local_port"] for n in ("fa", "fb"))
         assert all(s["addr"][0] == "127.0.0.1" for s in servers)
-        task = Task.create(parse_workload(WORKLOAD), resolve_board("fa"))
+        task = make_task(parse_workload(WORKLOAD), resolve_board("fa"))
         vta = VTARPCRunner(resolve_board("fa"), wait_s=60)
         killed = threading.Event()
 

@@ -16,14 +16,14 @@ from typer.testing import CliRunner
 from toolkit.boards import resolve_board
 from toolkit.cli.app import app
 from toolkit.rpc.provision import call_health
-from toolkit.rpc.vta_runner import VTARPCRunner
-from toolkit.tuning.loop import tune
-from toolkit.tuning.measure import LocalBuilder
-from toolkit.tuning.rpc_runner import RPCRunner
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.task import Task
+from toolkit.backends.vta.rpc_runner import VTARPCRunner
+from toolkit.tuning.session import tune
+from toolkit.tuning.core.builder import LocalBuilder
+from toolkit.backends.tvm.rpc_runner import RPCRunner
+from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 from .conftest import free_port
 
@@ -116,7 +116,7 @@ def test_provision_status_logs_stop_over_ssh(sshd, trusted, tracker, tmp_path):
     # a short tune through the tracker on each board
     for name, runner_ in (("sim1", VTARPCRunner(resolve_board("sim1"), wait_s=30)),
                           ("loc1", RPCRunner(tracker[0], tracker[1], key="local"))):
-        task = Task.create(parse_workload("conv2d:H=8,W=8,CI=16,CO=16,K=3,S=1,P=1"), resolve_board(name))
+        task = make_task(parse_workload("conv2d:H=8,W=8,CI=16,CO=16,K=3,S=1,P=1"), resolve_board(name))
         summary = tune(task, make_tuner("random", seed=0), 3, runner=runner_, builder=LocalBuilder(n_parallel=0),
                        measure_options=MeasureOptions(repeat=1))
         assert summary.trials == 3 and summary.best_seconds < float("inf"), summary

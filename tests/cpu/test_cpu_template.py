@@ -9,9 +9,9 @@ import torch
 import tvm
 
 from toolkit.boards import load_profile
-from toolkit.templates import template_for
-from toolkit.templates.cpu import PACK_WEIGHT, CPUConv2dTemplate, conv2d_nchw_reference
-from toolkit.templates.tir_features import FEATURE_NAMES
+from toolkit.backends import template_for
+from toolkit.backends.tvm.cpu import PACK_WEIGHT, CPUConv2dTemplate, conv2d_nchw_reference
+from toolkit.backends.tvm.tir_features import FEATURE_NAMES
 from toolkit.workloads import parse_workload
 
 LOCAL = load_profile("local")
@@ -88,7 +88,7 @@ def test_weight_packing_configs_build_and_match_numpy(pack, tmp_path):
 
 
 def test_weight_packing_allocates_the_blocked_weights():
-    from toolkit.templates import tir_features
+    from toolkit.backends.tvm import tir_features
 
     t = CPUConv2dTemplate(parse_workload("resnet18.C8"), LOCAL)
     base = {"tile_co": [8, 32], "tile_oh": [14, 1], "tile_ow": [2, 7], "tile_ci": [256, 1], "reorder": "ci.ci.kh.kw",
@@ -110,7 +110,7 @@ def test_features_follow_the_config():
         "tile_co": [8, 16], "tile_oh": [28, 1], "tile_ow": [2, 14], "tile_ci": [16, 8], "reorder": "ci.ci.kh.kw",
         "acc_rows": 1, "vec": "co", "unroll_tile": 1, "auto_unroll_max_step": 64, "parallel": "co.oh",
         "pack_weight": "none"}))
-    from toolkit.templates import tir_features
+    from toolkit.backends.tvm import tir_features
 
     f = tir_features.extract(tir_features.lower(t.schedule(config), t.target()))
     assert f["main_vector_width"] == 16                  # the channel block

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from toolkit.boards import load_profile
-from toolkit.templates.cpu import CPUConv2dTemplate
+from toolkit.backends.tvm.cpu import CPUConv2dTemplate
 from toolkit.workloads import parse_workload
 
 WL = parse_workload("conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1")

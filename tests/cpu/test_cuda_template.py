@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from toolkit.boards import load_profile
-from toolkit.templates.cuda import CUDAConv2dTemplate
-from toolkit.templates.tir_features import FEATURE_NAMES
-from toolkit.tuning.measure_result import ErrorClass
-from toolkit.tuning.template import BuildError
+from toolkit.backends.tvm.cuda import CUDAConv2dTemplate
+from toolkit.backends.tvm.tir_features import FEATURE_NAMES
+from toolkit.tuning.core.result import ErrorClass
+from toolkit.tuning.core.template import BuildError
 from toolkit.workloads import parse_workload
 
 C5 = parse_workload("resnet18.C5")   # 128 -> 128, 28x28, k3

@@ -6,16 +6,17 @@ import math
 import numpy as np
 import pytest
 
+from toolkit.backends import backend_for
 from toolkit.boards import load_profile, resolve_board
 from toolkit.rpc.tracker import start_server, start_tracker
-from toolkit.templates import template_for
-from toolkit.templates.cpu import CPUConv2dTemplate
-from toolkit.tuning.loop import tune
-from toolkit.tuning.measure import LocalBuilder, has_features_path
-from toolkit.tuning.measure_result import ErrorClass, MeasureResult
-from toolkit.tuning.rpc_runner import RPCRunner
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.task import Task
+from toolkit.backends import template_for
+from toolkit.backends.tvm.cpu import CPUConv2dTemplate
+from toolkit.tuning.session import tune
+from toolkit.tuning.core.builder import LocalBuilder, has_features_path
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.backends.tvm.rpc_runner import RPCRunner
+from toolkit.tuning.core.runner import MeasureOptions
+from toolkit.tuning.core.task import Task
 from toolkit.tuning.tuners.base import Tuner
 from toolkit.workloads import parse_workload
 
@@ -86,7 +87,7 @@ class _FeatureReader(Tuner):
 
 
 def test_the_loop_reads_features_without_building():
-    task = Task(WL, resolve_board("local"), _NoCodegen(WL, load_profile("local")))
+    task = Task(WL, resolve_board("local"), _NoCodegen(WL, load_profile("local")), backend_for("cpu"))
     reader = _FeatureReader()
     runner = RPCRunner("127.0.0.1", 9, "unused")   # never contacted: nothing is measured
     tune(task, reader, 1, runner=runner, builder=LocalBuilder(n_parallel=0))

@@ -12,11 +12,12 @@ import pytest
 from toolkit.boards import load_profile, resolve_board
 from toolkit.errors import BoardError
 from toolkit.rpc.tracker import ensure_local_rpc, group_alive, start_server, start_tracker, tracker_summary
-from toolkit.templates.cpu import CPUConv2dTemplate
-from toolkit.tuning.measure_result import ErrorClass
-from toolkit.tuning.rpc_runner import RPCRunner, _answers
-from toolkit.tuning.runner import MeasureOptions
+from toolkit.backends.tvm.cpu import CPUConv2dTemplate
+from toolkit.tuning.core.result import ErrorClass
+from toolkit.backends.tvm.rpc_runner import RPCRunner, _answers
+from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 WL = parse_workload("conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1")
 
@@ -170,15 +171,14 @@ def test_direct_mode_measures_one_server_and_stop_frees_everything(template, ite
 
 @pytest.mark.slow
 def test_short_tune_on_the_local_board_shares_one_loopback_tracker_and_server(tmp_path):
-    from toolkit.tuning.loop import tune
-    from toolkit.tuning.measure import LocalBuilder
-    from toolkit.tuning.task import Task
+    from toolkit.tuning.session import tune
+    from toolkit.tuning.core.builder import LocalBuilder
     from toolkit.tuning.tuners.base import make_tuner
 
     host, port, stop = ensure_local_rpc("local")        # the tune's runner reuses these processes
     try:
         assert host == "127.0.0.1" and tracker_summary(host, port)["queue_info"]["local"]["free"] == 1
-        task = Task.create(WL, resolve_board("local"))
+        task = make_task(WL, resolve_board("local"))
         summary = tune(task, make_tuner("xgb", seed=0, plan_size=4), 8, log=tmp_path / "local.jsonl",
                        builder=LocalBuilder(n_parallel=1, timeout_s=120),
                        measure_options=MeasureOptions(number=2, repeat=2))

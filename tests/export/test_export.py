@@ -28,17 +28,17 @@ from toolkit.export import (
     load_export,
 )
 from toolkit.rpc.tracker import ensure_local_rpc, tracker_summary
-from toolkit.tuning.loop import tune
-from toolkit.tuning.measure import LocalBuilder, build_one
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.records import Journal, LogHeader, Record, read_log
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.task import Task
+from toolkit.tuning.session import tune
+from toolkit.tuning.core.builder import LocalBuilder, build_one
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.journal import Journal, LogHeader, Record, read_log
+from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.vta.config import get_preset
 from toolkit.vta.program import Program
 from toolkit.vta.reference import random_inputs
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 CPU_WL = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
 VTA_WL = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
@@ -75,7 +75,7 @@ def local_rpc():
 def cpu_log(tmp_path_factory, local_rpc):
     """A real 2-trial tune of a small conv on `local` (built here, measured over loopback RPC)."""
     log = tmp_path_factory.mktemp("cpu") / "local.jsonl"
-    task = Task.create(parse_workload(CPU_WL), resolve_board("local"))
+    task = make_task(parse_workload(CPU_WL), resolve_board("local"))
     summary = tune(task, make_tuner("random", seed=1), 2, log=log, builder=LocalBuilder(n_parallel=0),
                    measure_options=MeasureOptions(check=True))
     assert summary.valid >= 1, summary.errors
@@ -86,7 +86,7 @@ def cpu_log(tmp_path_factory, local_rpc):
 def vta_log(tmp_path_factory):
     """A real 12-trial tune on the VTA simulator, outputs checked."""
     log = tmp_path_factory.mktemp("vta") / "fsim.jsonl"
-    task = Task.create(parse_workload(VTA_WL), resolve_board("vta-fsim"))
+    task = make_task(parse_workload(VTA_WL), resolve_board("vta-fsim"))
     summary = tune(task, make_tuner("random", seed=0), 12, log=log, measure_options=MeasureOptions(check=True))
     assert summary.valid >= 1, summary.errors
     return log
@@ -230,7 +230,7 @@ def test_tampered_export_is_refused(vta_export, tmp_path):
 # -- bad logs -------------------------------------------------------------------------------------
 def _invalid_log(path):
     """A log of real but failed builds: configs the VTA compiler rejects."""
-    task = Task.create(parse_workload(VTA_WL), resolve_board("vta-fsim"))
+    task = make_task(parse_workload(VTA_WL), resolve_board("vta-fsim"))
     desc = task.describe()
     with Journal(path, LogHeader(desc)) as journal:
         trial = 0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from toolkit.boards import load_profile
-from toolkit.templates import template_for
-from toolkit.tuning.metaschedule import KIND, make_builder, ms_target, rebuild, trace_json, workload_module
+from toolkit.backends import template_for
+from toolkit.backends.tvm.metaschedule import KIND, ms_builder, ms_target, rebuild, trace_json, workload_module
 from toolkit.workloads import parse_workload
 
 WL = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
@@ -42,7 +42,7 @@ def test_jetson_candidates_are_gpu_bound_and_build_to_aarch64_with_cuda_source(j
     template, ctx, candidates = jetson_candidates
     script = candidates[0].sch.mod.script()
     assert "threadIdx.x" in script and "blockIdx" in script   # bound to the GPU by MetaSchedule's rules
-    builder = make_builder(template.profile, max_workers=1)
+    builder = ms_builder(template.profile, max_workers=1)
     results = builder.build([ms.builder.BuilderInput(c.sch.mod, ctx.target) for c in candidates[:1]])
     assert results[0].error_msg is None, results[0].error_msg
     with open(results[0].artifact_path, "rb") as fh:

@@ -13,13 +13,13 @@ from toolkit.boards import resolve_board
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
 from toolkit.rpc.tracker import ensure_local_rpc
-from toolkit.tuning.loop import tune
-from toolkit.tuning.metaschedule import KIND, MetaScheduleTuner, is_trace_config, rebuild
-from toolkit.tuning.records import read_log
-from toolkit.tuning.task import Task
-from toolkit.tuning.template import BuildError
+from toolkit.tuning.session import tune
+from toolkit.backends.tvm.metaschedule import KIND, MetaScheduleTuner, is_trace_config, rebuild
+from toolkit.tuning.journal import read_log
+from toolkit.tuning.core.template import BuildError
 from toolkit.tuning.tuners.base import make_tuner, tuner_classes
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 WL = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
 TRIALS = 4
@@ -86,13 +86,13 @@ def test_metaschedule_is_a_registered_driver_not_ask_tell():
 
 
 def test_vta_boards_are_refused_before_anything_runs():
-    task = Task.create(parse_workload("resnet18.C5"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload("resnet18.C5"), resolve_board("vta-fsim"))
     with pytest.raises(ConfigError, match="TVM CPU/CUDA boards"):
         tune(task, MetaScheduleTuner(), 4)
 
 
 def test_rebuild_refuses_a_config_that_is_not_a_trace():
-    task = Task.create(parse_workload(WL), resolve_board("local"))
+    task = make_task(parse_workload(WL), resolve_board("local"))
     with pytest.raises(BuildError, match="not a MetaSchedule config"):
         rebuild(task.template, {"tile_co": [2, 16]})
 
@@ -113,7 +113,7 @@ def test_resume_counts_the_log_and_seeds_metaschedule(ms_log, tmp_path, local_rp
 
     log = tmp_path / "resumed.jsonl"
     shutil.copyfile(ms_log[0], log)
-    task = Task.create(parse_workload(WL), resolve_board("local"))
+    task = make_task(parse_workload(WL), resolve_board("local"))
     summary = tune(task, MetaScheduleTuner(seed=1, trials_per_iter=2), TRIALS + 2, log=log, resume=True)
     assert (summary.resumed, summary.trials) == (TRIALS, TRIALS + 2)
     records = read_log(log)[1]

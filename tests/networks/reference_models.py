@@ -1,7 +1,7 @@
 """Reference architectures written as torch modules (torchvision is not installed).
 
 They follow the published definitions layer by layer, independently of the tables in
-``toolkit.networks``, so extracting them checks those tables.
+``toolkit.workloads.networks``, so extracting them checks those tables.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from toolkit.cli import app
 from toolkit.errors import WorkloadError
-from toolkit.extract import extract, parse_input_shape, parse_scales, requant_shift, requant_shifts
+from toolkit.workloads.extract import extract, parse_input_shape, parse_scales, requant_shift, requant_shifts
 
 MODEL_SOURCE = textwrap.dedent("""
     import torch

@@ -7,8 +7,9 @@ import torch
 
 import reference_models as ref
 from toolkit.errors import WorkloadError
-from toolkit.extract import extract
-from toolkit.networks import NETWORKS, get_network, plan_tasks
+from toolkit.workloads.extract import extract
+from toolkit.backends import backend_for
+from toolkit.workloads.networks import NETWORKS, get_network
 from toolkit.workloads import RESNET18, parse_workload
 
 REFERENCES = {
@@ -84,20 +85,20 @@ def test_network_layers_parse_as_workloads():
 
 def test_vta_plan_keeps_c1_on_cpu_or_pads_it():
     net = get_network("resnet18")
-    plan = plan_tasks(net, "vta")
+    plan = backend_for("vta").plan_network(net)
     assert [t.workload.name for t in plan.tasks] == [f"resnet18.C{i}" for i in range(2, 12)]
     assert [name for name, _ in plan.skipped] == ["resnet18.C1"]
-    padded = plan_tasks(net, "vta", first_conv="pad")
+    padded = backend_for("vta").plan_network(net, first_conv="pad")
     assert padded.tasks[0].workload.ci == 16 and padded.tasks[0].workload.name == "resnet18.C1"
-    cpu = plan_tasks(net, "cpu")
+    cpu = backend_for("cpu").plan_network(net)
     assert len(cpu.tasks) == 11 and not cpu.skipped
 
 
 def test_vta_plan_pads_channels_and_skips_depthwise():
-    plan = plan_tasks(get_network("yolov3_tiny"), "vta")
+    plan = backend_for("vta").plan_network(get_network("yolov3_tiny"))
     heads = [t for t in plan.tasks if "L9" in t.workload.name or "L12" in t.workload.name]
     assert [t.workload.co for t in heads] == [256, 256]           # 255 output channels padded to 16
     assert all(t.workload.ci % 16 == 0 and t.workload.co % 16 == 0 for t in plan.tasks)
-    mobilenet = plan_tasks(get_network("mobilenet_v1"), "vta")
+    mobilenet = backend_for("vta").plan_network(get_network("mobilenet_v1"))
     assert sum("depthwise" in why for _, why in mobilenet.skipped) == 9     # 9 distinct depthwise shapes
     assert sum(t.count for t in mobilenet.tasks) == 13

@@ -5,36 +5,20 @@ import pytest
 
 from toolkit.errors import ConfigError
 from toolkit.testing.conformance import TunerConformance, drive, synthetic_compile, synthetic_space, with_compiler
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace
-from toolkit.tuning.tuners.base import TUNERS, TuningContext, make_tuner
-from toolkit.tuning.tuners.chameleon import (PLUS_DEFAULTS, PLUS_OPTIONS, ChameleonPlusTuner, ChameleonTuner, RLTuner,
-                                             SAASTuner)
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace
+from toolkit.tuning.tuners.base import TUNERS, TuningContext, make_tuner, tuner_class, tuner_names
+from toolkit.tuning.tuners.chameleon import (PLUS_DEFAULTS, PLUS_OPTIONS, ChameleonPlusTuner, ChameleonTuner)
 
 # A smaller search than the default keeps the suite fast; the contract does not depend on it.
 FAST_RL = {"episodes": 32, "max_steps": 60, "max_rounds": 60}
 
 
-class TestChameleon(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: ChameleonTuner(seed=seed, **FAST_RL))
-
-
-class TestChameleonPlus(TunerConformance):
-    # a smaller search and fewer refits than its defaults keep the suite fast
-    tuner_factory = staticmethod(lambda seed: ChameleonPlusTuner(seed=seed, episodes=16, max_steps=30, max_rounds=30,
-                                                                 refit_every=24))
-
-
-class TestRL(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: RLTuner(seed=seed, plan_size=32, **FAST_RL))
-
-
-class TestSAAS(TunerConformance):
-    tuner_factory = SAASTuner
+# The registry suite (tests/tuning/test_tuner_conformance.py) runs every tuner's defaults; below are variants.
 
 
 def test_registered_under_their_names() -> None:
-    make_tuner("xgb")
-    assert {"chameleon", "chameleon+", "rl", "sa-as"} <= set(TUNERS)
+    assert {"chameleon", "chameleon+", "rl", "sa-as"} <= set(tuner_names())
+    assert all(tuner_class(n).name == n and TUNERS[n] is tuner_class(n) for n in ("chameleon", "chameleon+", "rl", "sa-as"))
 
 
 @pytest.mark.parametrize("variant", [{}, {"reduction": "sample", "k_rule": "stop"}])
@@ -83,7 +67,7 @@ def test_plus_never_proposes_past_its_next_refit() -> None:
 
 
 def test_spread_init_measures_the_spread_plan_first() -> None:
-    from toolkit.tuning.sampling import spread_sample
+    from toolkit.tuning.search.sampling import spread_sample
 
     tuner = ChameleonPlusTuner(seed=3, init="spread", **FAST_RL)
     drive(tuner, 0, batch=8)

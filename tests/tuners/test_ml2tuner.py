@@ -5,18 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.testing.conformance import TunerConformance, with_compiler
-from toolkit.tuning.measure_result import ErrorClass, MeasureResult
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
 from toolkit.tuning.tuners.base import TuningContext, make_tuner
 from toolkit.tuning.tuners.ml2tuner import ML2Tuner
 
 
 FAST = {"sa_chains": 32, "sa_steps": 100, "max_rounds": 100}
 """Smaller annealing and boosting budgets: the suite checks the contract, not search quality."""
-
-
-class TestML2Tuner(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: with_compiler(ML2Tuner(seed=seed, **FAST)))
 
 
 class TestML2TunerPaperPipeline(TunerConformance):
@@ -101,11 +97,6 @@ def test_planted_invalid_region_is_avoided_after_a_few_rounds():
     assert sum(not r.valid for r in xgb) >= 3 * sum(not r.valid for r in res)
     best = min(r.seconds for r in truth)
     assert min(r.seconds for r in res) <= 1.05 * best
-
-
-class TestChameleonML2(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: with_compiler(
-        make_tuner("chameleon-ml2", seed=seed, plan_size=16, alpha=3, episodes=8, max_steps=30, max_rounds=100)))
 
 
 def _agreement(tuner: ML2Tuner) -> float:

@@ -3,8 +3,8 @@
 import numpy as np
 import torch
 
-from toolkit.tuning.ppo import PolicyValueNet, PPOAgent, RLOptimizer, run_episodes
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.search.ppo import PolicyValueNet, PPOAgent, RLOptimizer, run_episodes
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
 
 DIMS = np.array([8, 8, 6, 6, 2, 2, 1])
 OPT = np.array([6, 1, 4, 2, 1, 0, 0])

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.sampling import adaptive_sample, cardinal_knobs, select_k, spread_sample, synthesize
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.search.sampling import adaptive_sample, cardinal_knobs, select_k, spread_sample, synthesize
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
 
 
 def planted_blobs(k: int, seed: int) -> np.ndarray:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.validity import ValidityModel, choose_threshold
+from toolkit.tuning.models.validity import ValidityModel, choose_threshold
+from toolkit.backends import make_task
 
 
 def test_threshold_is_the_smallest_reaching_the_precision_target():
@@ -56,11 +57,10 @@ def test_precision_on_held_out_configs_of_the_vta_c2_space():
     """Compile-only labels of a random sample of resnet18.C2 on the Pynq VTA (edgetune's own
     lowering: about half the space is valid); ModelV trained on half, scored on the other half."""
     from toolkit.boards import resolve_board
-    from toolkit.tuning.task import Task
-    from toolkit.tuning.template import BuildError
+    from toolkit.tuning.core.template import BuildError
     from toolkit.workloads import parse_workload
 
-    task = Task.create(parse_workload("resnet18.C2"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload("resnet18.C2"), resolve_board("vta-fsim"))
     space = task.space
     idx = space.sample(320, np.random.default_rng(0))
     labels = []

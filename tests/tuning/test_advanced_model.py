@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from toolkit.tuning.advanced_model import AdvancedCostModel, time_columns
-from toolkit.tuning.cost_model import XGBCostModel
+from toolkit.tuning.models.advanced import AdvancedCostModel, time_columns
+from toolkit.tuning.models.cost import XGBCostModel
 
 
 def additive_task(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

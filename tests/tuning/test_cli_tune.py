@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from toolkit.cli.app import app
-from toolkit.tuning.records import read_log
+from toolkit.tuning.journal import read_log
 
 runner = CliRunner()
 SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"     # 256 configs, ~30 ms a trial on the simulator

@@ -8,23 +8,25 @@ import pytest
 
 from toolkit.boards import resolve_board
 from toolkit.errors import LogError
-from toolkit.templates import template_for
-from toolkit.templates.vta import VTAConv2dTemplate
-from toolkit.tuning.loop import default_log_path, tune
-from toolkit.tuning.measure import LocalBuilder, SimRunner, make_runner
-from toolkit.tuning.measure_result import ErrorClass, MeasureResult
-from toolkit.tuning.records import read_log
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.task import Task
+from toolkit.backends import template_for
+from toolkit.backends.vta.template import VTAConv2dTemplate
+from toolkit.tuning.session import default_log_path, tune
+from toolkit.backends import make_runner
+from toolkit.backends.vta.sim_runner import SimRunner
+from toolkit.tuning.core.builder import LocalBuilder
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.journal import read_log
+from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 SIM = resolve_board("vta-fsim")
 SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"     # 256 configs, ~30 ms a trial on the simulator
 
 
 def _task(name=SMALL, **options):
-    return Task.create(parse_workload(name), SIM, **options)
+    return make_task(parse_workload(name), SIM, **options)
 
 
 def test_every_trial_is_journaled_and_summarised(tmp_path):
@@ -84,7 +86,7 @@ class _FlakyBoard(SimRunner):
         if self.calls == 1:
             return [MeasureResult(c.index, c.values, error=ErrorClass.BOARD_LOST, message="gone") for c, _ in items]
         if self.calls == 2:
-            from toolkit.tuning.runner import BoardLostError
+            from toolkit.tuning.core.runner import BoardLostError
             raise BoardLostError("tracker lost the session")
         return super().run(template, items, options)
 
@@ -161,7 +163,7 @@ def test_runner_dispatch_names_missing_runners():
 
 def test_registered_simulator_board_is_reached_over_rpc():
     from toolkit.boards import Board, BoardEntry
-    from toolkit.rpc.vta_runner import VTARPCRunner
+    from toolkit.backends.vta.rpc_runner import VTARPCRunner
 
     entry = BoardEntry("sim-agent", "vta-fsim", host="127.0.0.1")
     runner = make_runner(Board("sim-agent", entry.profile, entry), tracker=("127.0.0.1", 9190))
@@ -170,7 +172,7 @@ def test_registered_simulator_board_is_reached_over_rpc():
 
 def test_template_dispatch_options_and_invalid_configs():
     from toolkit.errors import ConfigError
-    from toolkit.tuning.template import BuildError
+    from toolkit.tuning.core.template import BuildError
 
     wl = parse_workload(SMALL)
     with pytest.raises(ConfigError, match="has no option"):

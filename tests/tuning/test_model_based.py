@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from toolkit.testing.conformance import OPTIMUM, drive, synthetic_measure, synthetic_space
-from toolkit.tuning.cost_model import XGBCostModel, average_recall, recall_curve
-from toolkit.tuning.sa import SimulatedAnnealing
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace
+from toolkit.tuning.models.cost import XGBCostModel, average_recall, recall_curve
+from toolkit.tuning.search.annealing import SimulatedAnnealing
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace
 from toolkit.tuning.tuners.base import TuningContext
 from toolkit.tuning.tuners.xgb import XGBTuner
 

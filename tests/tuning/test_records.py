@@ -6,8 +6,8 @@ import warnings
 import pytest
 
 from toolkit.errors import LogError
-from toolkit.tuning.measure_result import ErrorClass, MeasureResult
-from toolkit.tuning.records import (
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.journal import (
     Journal, LogHeader, Record, TruncatedLogWarning, best_per_workload, load_records, read_log,
 )
 

@@ -1,15 +1,15 @@
 """Replaying a real simulator log: same answers as measuring, no measured answer leaked to builds."""
 
 from toolkit.boards import resolve_board
-from toolkit.tuning.loop import tune
+from toolkit.tuning.session import tune
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
-from toolkit.tuning.task import Task
 from toolkit.tuning.tuners import make_tuner
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 
 def test_replay_matches_the_log_and_hides_measurements_from_builds(tmp_path):
-    task = Task.create(parse_workload("resnet18.C11"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload("resnet18.C11"), resolve_board("vta-fsim"))
     log = tmp_path / "c11.jsonl"
     tune(task, make_tuner("random", seed=1), 24, log=log)
     cache = MeasurementCache.from_log(log)
@@ -34,7 +34,7 @@ def test_replayed_compile_features_are_the_compilers_even_for_records_older_than
     """Records written before the ``time.*`` terms existed replay with them, as compiling gives them now."""
     from toolkit.vta.compiler import compile_conv2d
 
-    task = Task.create(parse_workload("resnet18.C10"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload("resnet18.C10"), resolve_board("vta-fsim"))
     log = tmp_path / "c10.jsonl"
     tune(task, make_tuner("random", seed=3), 8, log=log)
     cache = MeasurementCache.from_log(log)

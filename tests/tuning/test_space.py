@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
 
 
 def _vta_like_c2() -> ConfigSpace:
@@ -34,7 +34,7 @@ def test_autotvm_index_of_the_c2_schedule():
 def test_vta_c2_space_matches_autotvm_indexing():
     from toolkit.boards import load_profile
     from toolkit.vta.config import get_preset
-    from toolkit.vta.space import vta_conv2d_space
+    from toolkit.backends.vta.space import vta_conv2d_space
     from toolkit.workloads import parse_workload
 
     space = vta_conv2d_space(parse_workload("resnet18.C2"), get_preset(load_profile("vta-fsim").vta["preset"]))

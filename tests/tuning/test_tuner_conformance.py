@@ -1,31 +1,64 @@
-"""Every built-in tuner passes the tuner conformance suite."""
+"""Every registered tuner passes the tuner conformance suite: a tuner is tested by being registered.
 
-from toolkit.testing.conformance import TunerConformance
-from toolkit.tuning.tuners.ga import GATuner
-from toolkit.tuning.tuners.grid import GridTuner
-from toolkit.tuning.tuners.random import RandomTuner
-from toolkit.tuning.tuners.xgb import XGBTuner
+One test class per name of the registry (:func:`~toolkit.tuning.tuners.base.tuner_names`), made from
+:data:`FACTORIES` where a tuner needs smaller search budgets to keep the suite fast (its algorithm
+unchanged) or a compiler to read features from; a name without an entry runs with its defaults.
+Drivers (``drives_itself``: they run their own search loop through ``tune``) are checked in their
+backend's tests instead.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from toolkit.testing.conformance import TunerConformance, with_compiler
+from toolkit.tuning.tuners.base import Tuner, make_tuner, tuner_class, tuner_names
+
+FAST_RL = {"episodes": 32, "max_steps": 60, "max_rounds": 60}
+FAST_ML2 = {"sa_chains": 32, "sa_steps": 100, "max_rounds": 100}
+
+FACTORIES: dict[str, Callable[[int], Tuner]] = {
+    "chameleon": lambda seed: make_tuner("chameleon", seed=seed, **FAST_RL),
+    "rl": lambda seed: make_tuner("rl", seed=seed, plan_size=32, **FAST_RL),
+    "chameleon+": lambda seed: make_tuner("chameleon+", seed=seed, episodes=16, max_steps=30, max_rounds=30,
+                                          refit_every=24),
+    "ml2tuner": lambda seed: with_compiler(make_tuner("ml2tuner", seed=seed, **FAST_ML2)),
+    "chameleon-ml2": lambda seed: with_compiler(make_tuner("chameleon-ml2", seed=seed, plan_size=16, alpha=3,
+                                                           episodes=8, max_steps=30, max_rounds=100)),
+}
+"""Registry name -> ``seed -> tuner`` for the tuners whose defaults would make the suite slow."""
+
+DRIVERS = sorted(n for n in tuner_names() if getattr(tuner_class(n), "drives_itself", False))
+TUNERS = [n for n in tuner_names() if n not in DRIVERS]
 
 
-class TestRandom(TunerConformance):
-    tuner_factory = RandomTuner
+def _factory(name: str) -> Callable[[int], Tuner]:
+    return FACTORIES.get(name, lambda seed: make_tuner(name, seed=seed))
 
 
-class TestGrid(TunerConformance):
-    tuner_factory = GridTuner
+for _name in TUNERS:
+    _cls = type(f"TestConformance_{_name.replace('-', '_').replace('+', '_plus')}", (TunerConformance,),
+                {"tuner_factory": staticmethod(_factory(_name))})
+    globals()[_cls.__name__] = _cls
 
 
-class TestGA(TunerConformance):
-    tuner_factory = GATuner
+def test_every_registered_tuner_has_a_conformance_class_or_is_a_driver():
+    classes = {n for n in globals() if n.startswith("TestConformance_")}
+    assert len(classes) == len(TUNERS) and set(DRIVERS) <= {"metaschedule"}
+    assert set(FACTORIES) <= set(TUNERS)
+
+
+@pytest.mark.parametrize("name", DRIVERS)
+def test_drivers_refuse_the_ask_tell_loop(name):
+    with pytest.raises(Exception):
+        make_tuner(name).propose(1)
 
 
 class TestGASmallPopulation(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: GATuner(seed=seed, pop_size=10))
-
-
-class TestXGBRank(TunerConformance):
-    tuner_factory = XGBTuner
+    tuner_factory = staticmethod(lambda seed: make_tuner("ga", seed=seed, pop_size=10))
 
 
 class TestXGBReg(TunerConformance):
-    tuner_factory = staticmethod(lambda seed: XGBTuner(seed=seed, loss="reg", plan_size=32))
+    tuner_factory = staticmethod(lambda seed: make_tuner("xgb", seed=seed, loss="reg", plan_size=32))

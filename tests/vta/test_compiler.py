@@ -20,7 +20,7 @@ from toolkit.vta.errors import VTAError
 from toolkit.vta.isa import MemId, MemInsn, Opcode
 from toolkit.vta.reference import run_conv2d
 from toolkit.vta.sim import simulate
-from toolkit.vta.space import vta_conv2d_space
+from toolkit.backends.vta.space import vta_conv2d_space
 from toolkit.workloads import parse_workload
 
 HW = get_preset("pynq")

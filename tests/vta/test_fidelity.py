@@ -1,6 +1,6 @@
 """Fidelity of edgetune's VTA conv2d compiler to the real TVM v0.18 VTA stack.
 
-Ground truth: ``/work/shared/data/vta_tvm018_programs/*.txt`` (TVM runtime debug dumps) and
+Ground truth: ``tests/data/vta_tvm018_programs/*.txt`` (TVM runtime debug dumps) and
 ``vta_tvm018_resnet18_truth.jsonl`` (411 configs: TVM's verdicts and fsim counters).
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from toolkit.vta.errors import VTAError
 from toolkit.vta.isa import MemId, MemInsn, insn_kind
 from toolkit.vta.program import parse_tvm_dump
 from toolkit.vta.sim import simulate
-from toolkit.vta.space import vta_conv2d_space
+from toolkit.backends.vta.space import vta_conv2d_space
 from toolkit.workloads import parse_workload
 
 DATA = shared_data_dir()

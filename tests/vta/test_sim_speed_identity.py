@@ -19,7 +19,7 @@ from toolkit.vta.errors import DeadlockError, LeftoverTokenError, ProgramFormatE
 from toolkit.vta.isa import AluInsn, FinishInsn, GemmInsn, MemId, MemInsn, queue_of
 from toolkit.vta.program import Program
 from toolkit.vta.sim import _Machine, simulate
-from toolkit.vta.space import vta_conv2d_space
+from toolkit.backends.vta.space import vta_conv2d_space
 from toolkit.vta.timing import (
     _CONSUMER,
     _POPS,

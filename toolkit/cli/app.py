@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from toolkit import __version__, console
+from toolkit import console
+from toolkit.version import __version__
 from toolkit.errors import EdgetuneError
 
 

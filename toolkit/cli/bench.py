@@ -11,10 +11,12 @@ from typing import Annotated, Optional
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory, resolve_board, with_vta_preset
+from toolkit.backends import backend_for
+from toolkit.backends.vta.backend import with_vta_preset
+from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
-from toolkit.tuning.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench
+from toolkit.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench
 
 
 def _command_line(ctx: typer.Context) -> str:
@@ -92,9 +94,10 @@ def bench(
     The JSON is rewritten after every run, so an interrupted bench continues with --resume.
     """
     brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
-    if tvm_compat and brd.profile.family != "vta":
+    backend = backend_for(brd.profile)
+    if tvm_compat and "tvm_compat" not in backend.template_options:
         raise ConfigError("--tvm-compat applies to VTA boards only")
-    wls = expand_workloads(workloads, brd.profile.family)
+    wls = expand_workloads(workloads, first_conv_on_cpu=backend.first_conv_on_cpu)
     names = _split([tuners])
     for path, suffix in ((plot, ".png"), (markdown, ".md")):
         if path is not None and path.suffix.lower() != suffix:

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from toolkit.backends import backend_for
 from toolkit import console
 from toolkit.boards import BUILTIN_BOARDS, BoardEntry, Inventory, load_profile, profile_names
 from toolkit.cli.app import app
@@ -130,7 +131,7 @@ def check(
     with connect_board(entry, accept_new_host_key=accept_new_host_key) as session:
         facts = chk.probe(session, python=state.get("python", "python3"),
                           remote_dir=state.get("remote_dir", "~/.edgetune"))
-    findings = chk.assess(entry, facts)
+    findings = chk.assess(entry, facts) + backend_for(entry.profile).board_findings(entry.profile, facts, name)
     if json:
         console.print_json(chk.findings_json(findings, facts))
     else:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory, resolve_board, with_vta_preset
+from toolkit.backends.vta.backend import with_vta_preset
+from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
 from toolkit.export import export as do_export

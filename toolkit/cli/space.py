@@ -7,23 +7,12 @@ from typing import Annotated, Any
 import typer
 
 from toolkit import console
-from toolkit.boards import Board, resolve_board
+from toolkit.boards import resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import JsonOpt
-from toolkit.errors import BoardError
-from toolkit.tuning.space import ConfigSpace
-from toolkit.workloads import Conv2dWorkload, parse_workload
-
-
-def space_for(board: Board, workload: Conv2dWorkload, **opts: Any) -> ConfigSpace:
-    """The schedule space of ``workload`` on ``board`` (the hook other board families extend)."""
-    if board.profile.family == "vta":
-        from toolkit.vta.config import get_preset
-        from toolkit.vta.space import vta_conv2d_space
-
-        return vta_conv2d_space(workload, get_preset(board.profile.vta["preset"]))
-    raise BoardError(f"board {board.name!r} (family {board.profile.family!r}) has no edgetune schedule space yet; "
-                     "use a VTA board such as vta-fsim")
+from toolkit.backends import make_task
+from toolkit.errors import ConfigError
+from toolkit.workloads import parse_workload
 
 
 @app.command("space", rich_help_panel="Tune")
@@ -39,14 +28,22 @@ def space_cmd(
     """Size and valid configs of a workload's schedule space (with --exhaustive: the optimum)."""
     wl = parse_workload(workload)
     b = resolve_board(board)
-    space = space_for(b, wl)
-    from toolkit.vta.config import get_preset
-    from toolkit.vta.space import explore
-
-    hw = get_preset(b.profile.vta["preset"])
+    task = make_task(wl, b, **({"tvm_compat": True} if tvm_compat else {}))
+    space = task.space
     with console.progress(transient=True) as bar:
-        task = bar.add_task("compile + simulate" if exhaustive else "check", total=space.size, status=wl.label)
-        reports = explore(wl, hw, exhaustive=exhaustive, on_step=lambda i: bar.advance(task))
+        tid = bar.add_task("compile + simulate" if exhaustive else "check", total=space.size, status=wl.label)
+        reports = task.backend.explore_space(wl, b.profile, exhaustive=exhaustive, on_step=lambda i: bar.advance(tid))
+    if reports is None:
+        if exhaustive:
+            raise ConfigError(f"--exhaustive builds and measures every config; on {board} ({b.profile.family}) "
+                              f"that is {space.size:,} real builds: tune it instead (edgetune tune -b {board})")
+        if json:
+            console.print_json({"workload": wl.label, "board": board, "size": space.size, "valid": None,
+                                "tvm_compat": tvm_compat, "errors": {}})
+            return
+        console.table(f"{wl.label} on {board}", ["space", "size", "knobs"],
+                      [(task.template.name, space.size, ", ".join(k.name for k in space.knobs))])
+        return
     chosen = reports["tvm" if tvm_compat else "edgetune"]
     if json:
         d: dict[str, Any] = {"workload": wl.label, "board": board, "size": chosen.size, "valid": chosen.valid,

@@ -9,17 +9,18 @@ from typing import Annotated, Optional
 import typer
 
 from toolkit import console
-from toolkit.boards import Inventory, resolve_board, with_vta_preset
+from toolkit.backends.vta.backend import with_vta_preset
+from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
 from toolkit.errors import ConfigError
-from toolkit.tuning.loop import TuneSummary, default_log_path, tune as run_tune
-from toolkit.tuning.measure import make_runner
-from toolkit.tuning.runner import MeasureOptions
-from toolkit.tuning.space import ConfigSpace
-from toolkit.tuning.task import Task
+from toolkit.tuning.session import TuneSummary, default_log_path, tune as run_tune
+from toolkit.backends import make_runner
+from toolkit.tuning.core.runner import MeasureOptions
+from toolkit.tuning.core.space import ConfigSpace
 from toolkit.tuning.tuners.base import make_tuner, tuner_classes
 from toolkit.workloads import parse_workload
+from toolkit.backends import make_task
 
 
 def parse_options(items: list[str] | None) -> dict[str, str]:
@@ -109,7 +110,7 @@ def tune(
                           template_options=template_options, check=check, json=json)
     wl = parse_workload(workload)
     tuner_obj = make_tuner(tuner, seed=seed, **parse_options(option))
-    task = Task.create(wl, brd, **template_options)
+    task = make_task(wl, brd, **template_options)
     log_path = log or default_log_path(task)
     in_process = brd.profile.is_simulator and brd.entry is None
     runner = make_runner(brd, **({"tracker": tracker} if tracker and not in_process else {}))

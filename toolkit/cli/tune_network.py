@@ -8,10 +8,10 @@ from typing import Any
 
 from toolkit import console
 from toolkit.boards import Board
-from toolkit.extract import load_network, parse_input_shape
-from toolkit.networks import plan_tasks
+from toolkit.workloads.extract import load_network, parse_input_shape
+from toolkit.backends import backend_for, tasks_of
 from toolkit.tuning.network import NetworkSummary, tune_network
-from toolkit.tuning.runner import MeasureOptions
+from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.scheduler import make_scheduler
 
 
@@ -24,7 +24,7 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
                resume: bool, seed: int, template_options: dict[str, Any], check: bool, json: bool) -> None:
     """Plan the network's tasks for ``board``, tune them, print the per-task table and the total."""
     net = load_network(model, parse_input_shape(input_shape))
-    plan = plan_tasks(net, board.profile.family, first_conv=first_conv)
+    plan = backend_for(board.profile).plan_network(net, first_conv=first_conv)
     sched = make_scheduler(scheduler, seed=seed, trials_per_round=round_trials)
     log_path = log or Path("edgetune-logs") / board.name / f"{net.name}.jsonl"
     with console.progress() as bar:
@@ -33,8 +33,8 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
         def on_round(s: NetworkSummary) -> None:
             bar.update(bar_id, completed=s.trials, status=f"total {_ms(s.total_seconds)} ms")
 
-        summary = tune_network(plan, board, tuner, trials, scheduler=sched, log=log_path, resume=resume,
-                               template_options=template_options, tuner_options=tuner_options, seed=seed,
+        summary = tune_network(plan, tasks_of(plan, board, **template_options), tuner, trials, scheduler=sched,
+                               log=log_path, resume=resume, tuner_options=tuner_options, seed=seed,
                                measure_options=MeasureOptions(check=check), callback=on_round)
         on_round(summary)
     if json:

@@ -12,7 +12,7 @@ from toolkit import console
 from toolkit.boards import resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import JsonOpt
-from toolkit.errors import BoardError, ConfigError
+from toolkit.errors import ConfigError
 from toolkit.workloads import parse_workload
 
 vta_app = typer.Typer(help="edgetune's VTA conv2d compiler and simulator.", no_args_is_help=True)
@@ -54,10 +54,10 @@ def vta_hw(board_name: str):
     """The VTAConfig of a VTA board (:class:`BoardError` for other boards)."""
     from toolkit.vta.config import get_preset
 
+    from toolkit.backends.vta.backend import require_vta
+
     board = resolve_board(board_name)
-    if board.profile.family != "vta" or not board.profile.vta or "preset" not in board.profile.vta:
-        raise BoardError(f"board {board_name!r} is not a VTA board (family {board.profile.family!r}); "
-                         "use vta-fsim or a Pynq/Ultra96/ZCU102 board")
+    require_vta(board)
     return get_preset(board.profile.vta["preset"])
 
 

@@ -9,8 +9,9 @@ import typer
 from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.options import JsonOpt
-from toolkit.extract import Extraction, Requant, extract, parse_input_shape, parse_scales, requant_shifts
-from toolkit.networks import NETWORKS, Network, get_network, plan_tasks
+from toolkit.workloads.extract import Extraction, Requant, extract, parse_input_shape, parse_scales, requant_shifts
+from toolkit.backends import backend_for
+from toolkit.workloads.networks import NETWORKS, Network, get_network
 from toolkit.workloads import list_named, parse_workload
 
 VtaOpt = Annotated[bool, typer.Option("--vta", help="Also show the VTA tasks: channels padded to the block "
@@ -92,7 +93,7 @@ def extract_cmd(
 
 def _print_network(net: Network, ex: Extraction | None, vta: bool, first_conv: str, json: bool,
                    shifts: dict[str, Requant] | None = None) -> None:
-    plan = plan_tasks(net, "vta", first_conv=first_conv) if vta else None
+    plan = backend_for("vta").plan_network(net, first_conv=first_conv) if vta else None
     if json:
         d = ex.to_dict() if ex is not None else net.to_dict()
         if plan is not None:

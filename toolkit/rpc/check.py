@@ -92,25 +92,6 @@ def assess(entry: BoardEntry, facts: dict[str, str]) -> list[Finding]:
     out.append(Finding("tvm runtime", tvm or "missing", bool(tvm), runtime_fix))
     out.append(Finding("numpy", facts.get("numpy") or "missing", bool(facts.get("numpy")),
                        f"run `edgetune board provision {name}` (installs numpy into the agent's venv)"))
-    if p.family == "cuda":
-        gpu = facts.get("gpu") or facts.get("nvhost") or ("tegra" if facts.get("tegrastats") else "")
-        out.append(Finding("gpu", gpu or "missing", bool(gpu),
-                           "no NVIDIA GPU found (/dev/nvhost*, nvidia-smi, tegrastats): flash JetPack/L4T"))
-    if p.executor == "fpga":
-        out.append(Finding("pynq package", facts.get("pynq") or "missing", bool(facts.get("pynq")),
-                           "use the PYNQ image (v2.5+) or `pip install pynq` in the board's Python"))
-        fm = facts.get("fpga_manager", "")
-        out.append(Finding("fpga manager", f"{fm} ({facts.get('fpga_state', '')})" if fm else "missing", bool(fm),
-                           "the kernel has no /sys/class/fpga_manager: use the PYNQ/Xilinx image for this board"))
-        bit = facts.get("bitstream", "")
-        out.append(Finding("bitstream", bit or "missing", bool(bit),
-                           f"run `edgetune board provision {name}` (uploads and loads "
-                           f"{(p.vta or {}).get('bitstream')}.bit)"))
-        sudo = facts.get("sudo", "no")
-        needs = bool(p.runtime.get("needs_sudo"))
-        out.append(Finding("fpga access (sudo)", sudo, sudo != "no" or not needs,
-                           "the FPGA and its DMA buffers need root: allow passwordless sudo for the agent "
-                           "(`echo 'USER ALL=(ALL) NOPASSWD: ALL' | sudo tee /etc/sudoers.d/edgetune`)"))
     return out
 
 

@@ -47,7 +47,7 @@ RUNTIME_DEPS = ("apache-tvm-ffi==0.1.14.post1", "numpy", "tornado", "psutil", "c
 TVM_GIT = "https://github.com/apache/tvm"
 TVM_TAG = "v0.27.0"
 _PKG_ROOT = Path(__file__).resolve().parent.parent
-AGENT_FILES = ("__init__.py", "errors.py", "rpc/__init__.py", "rpc/agent.py", "rpc/driver.py")
+AGENT_FILES = ("__init__.py", "version.py", "errors.py", "rpc/__init__.py", "rpc/agent.py", "rpc/driver.py")
 AGENT_PACKAGES = ("vta",)
 """What the agent imports from ``toolkit`` (relative to the package): files and whole subpackages."""
 

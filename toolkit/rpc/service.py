@@ -99,3 +99,18 @@ def status() -> dict:
         return {"running": False}
     host, port = tracker_address()
     return {"running": True, **state, "summary": tracker_summary(host, port)}
+
+
+def board_tracker_address(board_name: str, tracker: tuple[str, int] | str | None = None) -> tuple[str, int]:
+    """The tracker a board is reached through: ``tracker`` when given (``(host, port)`` or ``HOST:PORT``),
+    else the one its last provisioning registered it with, else the running tracker's.
+
+    This is the one place that resolves a board's tracker; runners and exports call it.
+    """
+    if isinstance(tracker, tuple):
+        return tracker[0], int(tracker[1])
+    if tracker is None:
+        state = read_state(f"boards/{board_name}")
+        if state:
+            return state["tracker"][0], int(state["tracker"][1])
+    return tracker_address(tracker)

@@ -21,8 +21,8 @@ import inspect
 import math
 from typing import Callable, Sequence
 
-from toolkit.tuning.measure_result import ErrorClass, MeasureResult
-from toolkit.tuning.space import CategoricalKnob, ConfigSpace, SplitKnob
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
 from toolkit.tuning.tuners.base import Tuner, TuningContext
 
 FLOPS = 1e9

@@ -1,17 +1,20 @@
 """Tune a whole network: all its conv tasks share one trial budget, one log, one task scheduler.
 
 Each round, the scheduler (:mod:`toolkit.tuning.scheduler`) picks a task and the tuning loop
-(:func:`toolkit.tuning.loop.tune`) runs ``trials_per_round`` trials of it with that task's own
+(:func:`toolkit.tuning.session.tune`) runs ``trials_per_round`` trials of it with that task's own
 tuner, which lives across rounds. Every trial goes to one JSONL log whose header describes the
 network; records carry their workload, so the log holds all tasks. ``resume`` restores each
 task from its records (its tuner's history, its trial count, the scheduler's view) and the
-budget counts the restored trials, as :func:`~toolkit.tuning.loop.tune` does.
+budget counts the restored trials, as :func:`~toolkit.tuning.session.tune` does.
 
+>>> from toolkit.backends import backend_for, tasks_of
 >>> from toolkit.boards import resolve_board
->>> from toolkit.networks import get_network, plan_tasks
+>>> from toolkit.workloads.networks import get_network
 >>> from toolkit.tuning.scheduler import GradientScheduler
->>> plan = plan_tasks(get_network("resnet18"), "vta")
->>> s = tune_network(plan, resolve_board("vta-fsim"), "random", 64,
+>>> board = resolve_board("vta-fsim")
+>>> plan = backend_for(board.profile).plan_network(get_network("resnet18"))
+>>> tasks = tasks_of(plan, board)  # doctest: +SKIP
+>>> s = tune_network(plan, tasks, "random", 64,
 ...                  scheduler=GradientScheduler(trials_per_round=8))  # doctest: +SKIP
 >>> s.total_seconds  # doctest: +SKIP
 """
@@ -24,16 +27,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from toolkit.boards import Board
 from toolkit.errors import LogError
-from toolkit.networks import TaskPlan
-from toolkit.tuning.loop import TuneSummary, tune
-from toolkit.tuning.measure import LocalBuilder, default_builder, make_runner
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.records import Journal, LogHeader, Record
-from toolkit.tuning.runner import MeasureOptions, Runner
+from toolkit.workloads.networks import TaskPlan
+from toolkit.tuning.session import TuneSummary, tune
+from toolkit.tuning.core.builder import Builder
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.journal import Record, open_journal
+from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.scheduler import TaskScheduler
-from toolkit.tuning.task import Task
+from toolkit.tuning.core.task import Task
 from toolkit.tuning.tuners.base import Tuner, TuningContext, make_tuner
 from toolkit.workloads import Conv2dWorkload
 
@@ -131,7 +133,7 @@ class _LongLived(Tuner):
         return self.inner.stats()
 
 
-Backends = Callable[[Task], tuple[LocalBuilder, Runner]]
+MeasureWith = Callable[[Task], tuple[Builder, Runner]]
 """Builder and runner for a task (e.g. replaying a cache); default: the board's, shared by all tasks."""
 
 
@@ -141,12 +143,13 @@ def network_description(plan: TaskPlan, tasks: Sequence[Task]) -> dict[str, Any]
             "tasks": [t.describe() for t in tasks]}
 
 
-def tune_network(plan: TaskPlan, board: Board, tuner: str | Callable[[int], Tuner], n_trials: int, *,
+def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[int], Tuner], n_trials: int, *,
                  scheduler: TaskScheduler, log: str | Path | None = None, resume: bool = False,
-                 template_options: dict[str, Any] | None = None, backends: Backends | None = None,
+                 measure_with: MeasureWith | None = None,
                  measure_options: MeasureOptions | None = None, tuner_options: dict[str, Any] | None = None,
                  seed: int = 0, callback: Callable[[NetworkSummary], None] | None = None) -> NetworkSummary:
-    """Tune every task of ``plan`` on ``board`` with ``n_trials`` trials in all (see the module docstring).
+    """Tune ``tasks`` (one per task of ``plan``, on one board: :func:`toolkit.backends.tasks_of`)
+    with ``n_trials`` trials in all (see the module docstring).
 
     ``tuner`` is a registered tuner name (task ``i`` gets seed ``seed + i``) or a factory
     ``i -> Tuner``. ``callback`` runs after each round.
@@ -156,23 +159,18 @@ def tune_network(plan: TaskPlan, board: Board, tuner: str | Callable[[int], Tune
     if not plan.tasks:
         raise LogError(f"network {plan.network.name} has no task this board can run "
                        f"({'; '.join(f'{n}: {r}' for n, r in plan.skipped)})")
+    if len(tasks) != len(plan.tasks):
+        raise LogError(f"network {plan.network.name} has {len(plan.tasks)} tasks; {len(tasks)} were given")
     t_start = time.perf_counter()
-    tasks = [Task.create(t.workload, board, **(template_options or {})) for t in plan.tasks]
+    board = tasks[0].board
     factory = tuner if callable(tuner) else (lambda i: make_tuner(tuner, seed=seed + i, **(tuner_options or {})))
     outcomes = [TaskOutcome(t.workload.label, t.workload.spec(), p.count, t.flops) for t, p in zip(tasks, plan.tasks)]
     summary = NetworkSummary(plan.network.name, board.name, "", scheduler.name, outcomes, list(plan.skipped),
                              log=str(log) if log else None)
 
-    journal = None
-    earlier: list[Record] = []
-    if log is not None:
-        path = Path(log)
-        if path.exists() and path.stat().st_size > 0 and not resume:
-            raise LogError(f"tuning log {path} already exists; pass --resume to continue it or choose another --log")
-        journal = Journal(path, LogHeader(network_description(plan, tasks)))
-        earlier = journal.open()
-    own = backends is None
-    shared = (default_builder(board), make_runner(board)) if own else None
+    journal, earlier = open_journal(log, network_description(plan, tasks), resume=resume)
+    own = measure_with is None
+    shared = (tasks[0].backend.default_builder(board), tasks[0].backend.make_runner(board)) if own else None
     try:
         position = {t.workload: i for i, t in enumerate(tasks)}    # workloads compare by shape, not name
         history: list[list[MeasureResult]] = [[] for _ in tasks]
@@ -193,7 +191,7 @@ def tune_network(plan: TaskPlan, board: Board, tuner: str | Callable[[int], Tune
             if outcomes[i].trials >= task.space.size:
                 outcomes[i].exhausted = True
                 scheduler.exhausted.add(i)
-        backend = [shared or backends(task) for task in tasks]  # type: ignore[misc]
+        pairs = [shared or measure_with(task) for task in tasks]  # type: ignore[misc]
 
         while summary.trials < n_trials:
             i = scheduler.next_task()
@@ -211,7 +209,7 @@ def tune_network(plan: TaskPlan, board: Board, tuner: str | Callable[[int], Tune
                     out.add(r)
 
             before = out.trials
-            builder, runner = backend[i]
+            builder, runner = pairs[i]
             round_summary = tune(tasks[i], tuners[i], n, builder=builder, runner=runner,
                                  measure_options=measure_options, callback=on_batch)
             exhausted = round_summary.stopped == "exhausted" or out.trials >= tasks[i].space.size

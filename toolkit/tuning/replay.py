@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Sequence
 
 from toolkit.errors import LogError
-from toolkit.tuning.measure_result import ErrorClass, MeasureResult
-from toolkit.tuning.records import LogHeader, Record, read_log
-from toolkit.tuning.runner import MeasureOptions, Runner
-from toolkit.tuning.space import Config
-from toolkit.tuning.template import Artifact, Template
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.journal import LogHeader, Record, read_log
+from toolkit.tuning.core.runner import MeasureOptions, Runner
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import Artifact, Template
 
 BUILD_ERRORS = (ErrorClass.INVALID_CONFIG.value, ErrorClass.COMPILE_ERROR.value)
 
@@ -66,11 +66,7 @@ def current_compile_features(template: Template, features: dict[str, float]) -> 
     Features derived from recorded ones (the VTA compiler's ``time.*`` terms) are added to records
     written before they existed, so replayed tuners see the same keys as live ones.
     """
-    if template.name == "vta-conv2d":
-        from toolkit.vta.features import with_time_terms
-
-        return with_time_terms(features, template.hw)  # type: ignore[attr-defined]
-    return features
+    return template.current_features(features)
 
 
 class ReplayBuilder:

@@ -28,17 +28,10 @@ from typing import Any
 
 from toolkit.vta import checks
 from toolkit.vta.checks import ScheduleConfigError, TVMCompatError
-from toolkit.vta.config import (
-    DRAM_ADDR_BITS,
-    IMM_BITS,
-    LOOP_ITER_BITS,
-    PAD_BITS,
-    SIZE_BITS,
-    SRAM_ADDR_BITS,
-    STRIDE_BITS,
-    VTAConfig,
-)
+from toolkit.vta.config import VTAConfig
 from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemId, MemInsn, Opcode, Uop
+from toolkit.vta.layout import (DRAM_ADDR_BITS, IMM_BITS, LOOP_ITER_BITS, PAD_BITS, SIZE_BITS, SRAM_ADDR_BITS,
+                                STRIDE_BITS)
 from toolkit.vta.program import Program, allocate_regions
 from toolkit.vta.uops import Kernel, check_hazard
 from toolkit.workloads import Conv2dWorkload

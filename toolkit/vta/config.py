@@ -21,17 +21,7 @@ from typing import Any
 
 from toolkit.errors import ConfigError
 
-# Fixed ISA widths (hw_spec_const.h); the depth-dependent ones come from the config.
-OPCODE_BITS = 3
-ALU_OPCODE_BITS = 3
-MEMID_BITS = 3
-SRAM_ADDR_BITS = 16
-DRAM_ADDR_BITS = 32
-SIZE_BITS = 16
-STRIDE_BITS = 16
-PAD_BITS = 4
-LOOP_ITER_BITS = 14
-IMM_BITS = 16
+from toolkit.vta.layout import LOOP_ITER_BITS, layout_words
 
 _JSON_KEYS = {
     "target": "TARGET",
@@ -169,8 +159,6 @@ class VTAConfig:
     @cached_property
     def insn_bytes(self) -> int:
         """16 for the stock 128-bit layout; 32 when the config's fields do not fit (widened encoding)."""
-        from toolkit.vta.isa import layout_words
-
         return 16 if layout_words(self) <= 2 else 32
 
     @cached_property

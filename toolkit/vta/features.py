@@ -9,7 +9,7 @@ and the config's bus and instruction widths (:func:`time_terms`): bus beats per 
 for instruction fetch, DMA rows (each pays a row latency), zero-padding writes, instructions, and
 GEMM+ALU cycles at their initiation intervals. The device time is close to a weighted sum of
 them (serialised without virtual threads, overlapped with), weights the compiler does not know;
-ModelA (:class:`~toolkit.tuning.advanced_model.AdvancedCostModel`) learns them per task.
+ModelA (:class:`~toolkit.tuning.models.advanced.AdvancedCostModel`) learns them per task.
 """
 
 from __future__ import annotations

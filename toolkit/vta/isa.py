@@ -18,21 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from toolkit.vta.config import (
-    ALU_OPCODE_BITS,
-    DRAM_ADDR_BITS,
-    IMM_BITS,
-    MEMID_BITS,
-    OPCODE_BITS,
-    PAD_BITS,
-    SIZE_BITS,
-    SRAM_ADDR_BITS,
-    STRIDE_BITS,
-)
 from toolkit.vta.errors import EncodingError, ProgramFormatError
+from toolkit.vta.layout import OPCODE_BITS
+from toolkit.vta.layout import field_layout as _layout
 
 if TYPE_CHECKING:
     from toolkit.vta.config import VTAConfig
@@ -137,56 +127,6 @@ class Uop:
     dst: int
     src: int
     wgt: int = 0
-
-
-_HEADER = [("opcode", OPCODE_BITS, False), ("pop_prev", 1, False), ("pop_next", 1, False),
-           ("push_prev", 1, False), ("push_next", 1, False)]
-
-
-def _fields(kind: str, hw: "VTAConfig") -> list[tuple[str, int, bool]]:
-    w = hw.field_widths
-    if kind == "mem":
-        body = [("mem", MEMID_BITS, False), ("sram_base", SRAM_ADDR_BITS, False),
-                ("dram_base", DRAM_ADDR_BITS, False), ("y_size", SIZE_BITS, False),
-                ("x_size", SIZE_BITS, False), ("x_stride", STRIDE_BITS, False), ("y_pad0", PAD_BITS, False),
-                ("y_pad1", PAD_BITS, False), ("x_pad0", PAD_BITS, False), ("x_pad1", PAD_BITS, False)]
-        return _HEADER + body
-    loop = [("reset", 1, False), ("uop_bgn", w["uop_bgn"], False), ("uop_end", w["uop_end"], False),
-            ("iter_out", w["iter"], False), ("iter_in", w["iter"], False),
-            ("dst_factor_out", w["dst_factor"], False), ("dst_factor_in", w["dst_factor"], False),
-            ("src_factor_out", w["src_factor"], False), ("src_factor_in", w["src_factor"], False)]
-    if kind == "gemm":
-        return _HEADER + loop + [("wgt_factor_out", w["wgt_factor"], False),
-                                 ("wgt_factor_in", w["wgt_factor"], False)]
-    if kind == "alu":
-        return _HEADER + loop + [("op", ALU_OPCODE_BITS, False), ("use_imm", 1, False), ("imm", IMM_BITS, True)]
-    return list(_HEADER)
-
-
-def _place(flds: list[tuple[str, int, bool]]) -> tuple[list[tuple[str, int, int, bool]], int]:
-    """GCC packing: (name, lsb, width, signed) per field and the number of 64-bit words used."""
-    pos, out = 0, []
-    for name, width, signed in flds:
-        if pos % 64 + width > 64:
-            pos = (pos // 64 + 1) * 64
-        out.append((name, pos, width, signed))
-        pos += width
-    return out, (pos + 63) // 64
-
-
-@lru_cache(maxsize=64)
-def _layout(kind: str, hw: "VTAConfig") -> list[tuple[str, int, int, bool]]:
-    return _place(_fields(kind, hw))[0]
-
-
-def layout_words(hw: "VTAConfig") -> int:
-    """64-bit words needed by the widest instruction kind for ``hw`` (2 for the stock layout)."""
-    return max(_place(_fields(k, hw))[1] for k in ("mem", "gemm", "alu"))
-
-
-def layout_table(hw: "VTAConfig") -> dict[str, list[tuple[str, int, int]]]:
-    """``{kind: [(field, lsb, width), ...]}`` for documentation and listings."""
-    return {k: [(n, lsb, w) for n, lsb, w, _ in _layout(k, hw)] for k in ("mem", "gemm", "alu", "finish")}
 
 
 _KIND_OF = {Opcode.LOAD: "mem", Opcode.STORE: "mem", Opcode.GEMM: "gemm", Opcode.ALU: "alu",

@@ -235,7 +235,7 @@ class Program:
 # ---- TVM v0.18 debug dumps ------------------------------------------------------------------------
 _ALU_OPS = {"min": AluOp.MIN, "max": AluOp.MAX, "add": AluOp.ADD, "shr": AluOp.SHR, "mul": AluOp.MUL}
 DEFAULT_DUMP_IMMS = {"shr": 8, "min": 127, "max": 0}
-"""Immediates of the TVM v0.18 dumps in /work/shared/data (right_shift 8, clip to [0, 127])."""
+"""Immediates of the TVM v0.18 dumps in tests/data (right_shift 8, clip to [0, 127])."""
 
 
 def parse_tvm_dump(text: str, hw: VTAConfig, imms: dict[str, int] | None = None) -> Program:

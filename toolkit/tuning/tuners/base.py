@@ -20,8 +20,8 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.space import ConfigSpace
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.core.space import ConfigSpace
 
 
 @dataclass(frozen=True)
@@ -103,37 +103,56 @@ class Tuner(abc.ABC):
         return {}
 
 
+BUILTIN_TUNERS: dict[str, str] = {
+    "random": "toolkit.tuning.tuners.random:RandomTuner",
+    "grid": "toolkit.tuning.tuners.grid:GridTuner",
+    "ga": "toolkit.tuning.tuners.ga:GATuner",
+    "xgb": "toolkit.tuning.tuners.xgb:XGBTuner",
+    "rl": "toolkit.tuning.tuners.chameleon:RLTuner",
+    "sa-as": "toolkit.tuning.tuners.chameleon:SAASTuner",
+    "chameleon": "toolkit.tuning.tuners.chameleon:ChameleonTuner",
+    "chameleon+": "toolkit.tuning.tuners.chameleon:ChameleonPlusTuner",
+    "ml2tuner": "toolkit.tuning.tuners.ml2tuner:ML2Tuner",
+    "chameleon-ml2": "toolkit.tuning.tuners.ml2tuner:ChameleonML2Tuner",
+    "metaschedule": "toolkit.backends.tvm.metaschedule:MetaScheduleTuner",
+}
+"""Built-in tuners: name -> ``module:class``, imported on first use (``make_tuner("random")`` imports
+neither torch nor TVM). ``metaschedule`` is a driver the TVM backend provides."""
+
 TUNERS: dict[str, type[Tuner]] = {}
+"""Tuner classes loaded so far, by name: built-ins once used, and every class passed to :func:`register`."""
 
 
 def register(cls: type[Tuner]) -> type[Tuner]:
-    """Class decorator: add a tuner to the registry under ``cls.name``."""
+    """Class decorator: add a tuner to the registry under ``cls.name`` (how a user's tuner gets a name)."""
     if not cls.name:
         raise TypeError(f"{cls.__name__} has no name")
     TUNERS[cls.name] = cls
     return cls
 
 
-def make_tuner(name: str, seed: int = 0, **options: Any) -> Tuner:
-    """Create a registered tuner by name (for the CLI; Python users pass instances)."""
-    _load_builtin()
+def tuner_names() -> list[str]:
+    """Every tuner name: the built-ins and the registered ones, sorted."""
+    return sorted(set(BUILTIN_TUNERS) | set(TUNERS))
+
+
+def tuner_class(name: str) -> type[Tuner]:
+    """The class registered under ``name``, importing a built-in's module on first use."""
+    if name not in TUNERS and name in BUILTIN_TUNERS:
+        import importlib
+
+        module, attr = BUILTIN_TUNERS[name].split(":")
+        TUNERS[name] = getattr(importlib.import_module(module), attr)
     if name not in TUNERS:
-        raise ConfigError(f"unknown tuner {name!r}: use one of {', '.join(sorted(TUNERS))}")
-    return TUNERS[name](seed=seed, **options)
+        raise ConfigError(f"unknown tuner {name!r}: use one of {', '.join(tuner_names())}")
+    return TUNERS[name]
+
+
+def make_tuner(name: str, seed: int = 0, **options: Any) -> Tuner:
+    """Create a tuner by name (for the CLI; Python users pass instances)."""
+    return tuner_class(name)(seed=seed, **options)
 
 
 def tuner_classes() -> dict[str, type[Tuner]]:
-    """Every registered tuner class by name (built-in tuners loaded)."""
-    _load_builtin()
-    return dict(sorted(TUNERS.items()))
-
-
-def _load_builtin() -> None:
-    import importlib
-    import pkgutil
-
-    import toolkit.tuning.tuners as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name != "base":
-            importlib.import_module(f"toolkit.tuning.tuners.{mod.name}")
+    """Every tuner class by name (imports every built-in)."""
+    return {name: tuner_class(name) for name in tuner_names()}

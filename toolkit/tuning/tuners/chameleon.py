@@ -29,11 +29,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolkit.tuning.cost_model import XGBCostModel
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.ppo import RLOptimizer
-from toolkit.tuning.sa import SimulatedAnnealing
-from toolkit.tuning.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample, spread_sample
+from toolkit.tuning.models.cost import XGBCostModel
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.search.ppo import RLOptimizer
+from toolkit.tuning.search.annealing import SimulatedAnnealing
+from toolkit.tuning.search.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample, spread_sample
 from toolkit.tuning.tuners.base import Option, TuningContext, register
 from toolkit.tuning.tuners.model_based import FEATURE_OPTION, ModelBasedTuner
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from toolkit.tuning.measure_result import MeasureResult
+from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.tuners.base import Option, Tuner, TuningContext, register
 
 

@@ -3,11 +3,11 @@
 ML2Tuner (Cha et al., arXiv 2411.10764 / LCTES 2025) adds two models to AutoTVM's loop:
 
 - **ModelP** — the ``xgb`` baseline's cost model on knob features; it guides the explorer;
-- **ModelV** — a validity classifier on the same knob features (:class:`~toolkit.tuning.validity.ValidityModel`),
+- **ModelV** — a validity classifier on the same knob features (:class:`~toolkit.tuning.models.validity.ValidityModel`),
   trained on every attempt so far, valid or not;
 - **ModelA** — a cost model on knob features **plus the compiler's features** of each config
   (``TuningContext.compile_features``: compile without measuring, no board time):
-  :class:`~toolkit.tuning.advanced_model.AdvancedCostModel`, a least-squares time model on the
+  :class:`~toolkit.tuning.models.advanced.AdvancedCostModel`, a least-squares time model on the
   compiler's additive ``time.*`` terms whose residual boosted trees learn (plain boosted trees
   when the compiler reports no time terms).
 
@@ -40,14 +40,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolkit.tuning.advanced_model import TIME_PREFIX, AdvancedCostModel, time_columns
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.sa import SimulatedAnnealing
-from toolkit.tuning.sampling import cardinal_knobs, select_k
+from toolkit.tuning.models.advanced import TIME_PREFIX, AdvancedCostModel, time_columns
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.search.annealing import SimulatedAnnealing
+from toolkit.tuning.search.sampling import cardinal_knobs, select_k
 from toolkit.tuning.tuners.base import Option, TuningContext, register
 from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, PLUS_OPTIONS, RL_OPTIONS, SAMPLING_OPTIONS, _RLMixin
 from toolkit.tuning.tuners.xgb import XGBTuner
-from toolkit.tuning.validity import ValidityModel
+from toolkit.tuning.models.validity import ValidityModel
 
 MIN_VALID_FOR_A = 4
 """ModelA is fitted once this many valid measurements have compile features; before that ModelP ranks."""

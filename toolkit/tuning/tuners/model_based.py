@@ -17,9 +17,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.errors import ConfigError
-from toolkit.tuning.cost_model import XGBCostModel
-from toolkit.tuning.measure_result import MeasureResult
-from toolkit.tuning.sa import SimulatedAnnealing
+from toolkit.tuning.models.cost import XGBCostModel
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.search.annealing import SimulatedAnnealing
 from toolkit.tuning.tuners.base import Option, Tuner, TuningContext
 
 FULL_TABLE_MAX = 1 << 17

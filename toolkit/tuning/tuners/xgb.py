@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.tuning.cost_model import XGBCostModel
-from toolkit.tuning.sa import SimulatedAnnealing
+from toolkit.tuning.models.cost import XGBCostModel
+from toolkit.tuning.search.annealing import SimulatedAnnealing
 from toolkit.tuning.tuners.base import Option, register
 from toolkit.tuning.tuners.model_based import FEATURE_OPTION, ModelBasedTuner
 

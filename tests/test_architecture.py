@@ -1,0 +1,178 @@
+"""The layering docs/design.md describes, checked on the source: every import counts, function-level ones
+included (only ``if TYPE_CHECKING:`` blocks, which never run, are left out)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "toolkit"
+
+ALLOWED: dict[str, set[str]] = {
+    "toolkit.version": set(),
+    "toolkit.errors": set(),
+    "toolkit.console": {"toolkit.errors"},
+    "toolkit.workloads": {"toolkit.errors"},
+    "toolkit.vta": {"toolkit.errors", "toolkit.workloads"},
+    "toolkit.boards": {"toolkit.errors", "toolkit.vta"},
+    "toolkit.bitstreams": {"toolkit.errors", "toolkit.boards", "toolkit.vta"},
+    "toolkit.tuning": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads"},
+    "toolkit.rpc": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.bitstreams", "toolkit.vta"},
+    "toolkit.backends": {"toolkit.errors", "toolkit.boards", "toolkit.bitstreams", "toolkit.workloads",
+                         "toolkit.vta", "toolkit.tuning", "toolkit.rpc"},
+    "toolkit.export": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
+                       "toolkit.tuning", "toolkit.backends"},
+    "toolkit.bench": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
+                      "toolkit.tuning", "toolkit.backends"},
+    "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.bench"},
+    "toolkit.testing": {"toolkit.errors", "toolkit.tuning"},
+}
+"""Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo`` and
+``toolkit.__main__`` sit on top and may import any of them."""
+
+TOP = {"toolkit", "toolkit.cli", "toolkit.demo", "toolkit.__main__"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _runtime_imports(tree: ast.AST, module: str, is_init: bool) -> set[str]:
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_init else 0)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            out.update(f"{source}.{a.name}" for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the toolkit modules it imports (``from toolkit import bitstreams`` imports ``toolkit.bitstreams``;
+    ``from toolkit.workloads import parse_workload`` imports ``toolkit.workloads``)."""
+    paths = sorted(ROOT.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        mod = _module_name(path)
+        names = _runtime_imports(ast.parse(path.read_text()), mod, path.name == "__init__.py")
+        resolved = set()
+        for name in names:
+            while name not in modules and "." in name:
+                name = name.rsplit(".", 1)[0]
+            if name in modules and name != mod:
+                resolved.add(name)
+        graph[mod] = resolved
+    return graph
+
+
+def _package_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for mod, names in graph.items():
+        for name in names:
+            a, b = _package(mod), _package(name)
+            if a != b:
+                edges[a].add(b)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one package (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_packages():
+    assert _cycles(_package_edges(_graph())) == []
+
+
+def test_no_import_cycle_between_modules():
+    assert _cycles(_graph()) == []
+
+
+def test_every_package_imports_only_what_its_layer_allows():
+    edges = _package_edges(_graph())
+    unknown = sorted(set(edges) - set(ALLOWED) - TOP)
+    assert not unknown, f"packages without a rule here (add one, and to docs/design.md): {unknown}"
+    wrong = {pkg: sorted(deps - ALLOWED[pkg] - {"toolkit.version"} if pkg != "toolkit.version" else deps)
+             for pkg, deps in edges.items() if pkg in ALLOWED}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_nothing_below_the_top_imports_the_facade_or_the_cli():
+    bad = sorted(f"{mod} -> {name}" for mod, names in _graph().items() if _package(mod) not in TOP
+                 for name in names if name in ("toolkit", "toolkit.cli") or name.startswith("toolkit.cli."))
+    assert bad == []
+
+
+def test_the_tuning_core_and_its_tuners_import_no_tvm():
+    offenders = []
+    for path in (ROOT / "tuning").rglob("*.py"):
+        names = _runtime_imports(ast.parse(path.read_text()), _module_name(path), path.name == "__init__.py")
+        if any(n == "tvm" or n.startswith("tvm.") for n in names):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
+
+
+FAMILY_BRANCH = re.compile(r"family\s*[!=]=|template\.name\s*[!=]=")
+
+
+def test_family_branches_live_only_in_the_backends():
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py") if "backends" not in p.parts
+            for i, line in enumerate(p.read_text().splitlines(), 1) if FAMILY_BRANCH.search(line)]
+    assert hits == []
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_every_layer_package_exists(package):
+    path = ROOT.parent / Path(*package.split("."))
+    assert path.is_dir() or path.with_suffix(".py").is_file()

@@ -1,0 +1,126 @@
+"""The backend interface: everything one hardware family needs, in one object.
+
+A backend serves the board profiles of its families (``profile.family``). It gives a task its
+template (and so its space), the default builder and runner of a board, how a network's layers
+become tasks, what ``board check`` must also look for, and the family's part of an export:
+writing a kernel's files, refusing a board it cannot run on, running a kernel and checking its
+output. The tuning core never sees a family: it reaches the backend through ``Task.backend``.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+import numpy as np
+
+from toolkit.boards import Board, BoardProfile
+from toolkit.tuning.core.builder import LocalBuilder
+from toolkit.tuning.core.runner import Runner
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import Template
+from toolkit.workloads import Conv2dWorkload
+from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
+
+if TYPE_CHECKING:   # the export package imports the backends; these names are for annotations only
+    from toolkit.export.manifest import ExportManifest, KernelEntry
+    from toolkit.rpc.check import Finding
+
+
+class Backend(abc.ABC):
+    """One hardware family's template, builder, runners, network plan, board checks and export.
+
+    Lifecycle: the registry (:func:`toolkit.backends.backend_for`) creates one instance per
+    family on first use; methods are called with the board or profile they concern and keep no
+    per-task state.
+    """
+
+    name: ClassVar[str] = ""
+    """Registry name of the backend (``vta``, ``tvm``)."""
+    export_kind: ClassVar[str] = ""
+    """``kind`` written in an export's manifest (``vta-program``, ``tvm-library``)."""
+    output_name: ClassVar[str] = ""
+    """Name of a kernel's output in :meth:`run_kernel`'s outputs."""
+    kernels_noun: ClassVar[str] = ""
+    """What an export of this family holds, for messages (``VTA programs``)."""
+    readme_run_also: ClassVar[str] = ""
+    """Which other boards can run an export, for its README."""
+    template_options: ClassVar[tuple[str, ...]] = ()
+    """Options this family's template takes (``tvm_compat``, ``bias`` on VTA)."""
+    first_conv_on_cpu: ClassVar[bool] = False
+    """A network's first conv stays on the host CPU (VTA's flow: 3 input channels)."""
+
+    # -- tuning -------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def template(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Template:
+        """The conv2d template of ``workload`` on ``profile`` with template ``options``."""
+
+    @abc.abstractmethod
+    def default_builder(self, board: Board) -> LocalBuilder:
+        """The builder a tuning run uses on ``board`` unless given one."""
+
+    @abc.abstractmethod
+    def make_runner(self, board: Board, **options: Any) -> Runner:
+        """The runner that measures on ``board``."""
+
+    def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
+        """The tasks of ``network`` on this family (by default every plain conv layer as it is)."""
+        return plan_tasks(network, first_conv=first_conv)
+
+    def explore_space(self, workload: Conv2dWorkload, profile: BoardProfile, *, exhaustive: bool,
+                      on_step: Any = None) -> dict[str, Any] | None:
+        """Reports on the space (valid configs; with ``exhaustive`` the optimum) by name, where checking
+        a config is cheap enough to check them all; ``None`` where only the size is known up front."""
+        return None
+
+    def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:
+        """Family-specific findings of ``board check`` from the board's probed ``facts``."""
+        return []
+
+    # -- export -------------------------------------------------------------------------------------
+    def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
+        """The hardware config an export for ``profile`` records (``None``: the target says it all)."""
+        return None
+
+    def tuned_profile(self, profile: BoardProfile, hw: Any, log: Path) -> BoardProfile:
+        """The profile a log was tuned with, given the hardware its header records."""
+        return profile
+
+    def check_export_target(self, profile: BoardProfile, tuned: BoardProfile, name: str, log: Path) -> None:
+        """Refuse exporting a log tuned with ``tuned`` for ``profile`` when this family cannot."""
+
+    def record_template(self, template: Template, config: dict[str, Any]) -> Template | None:
+        """A template that rebuilds a record whose config is not a point of ``template``'s space (another
+        tool's schedule, such as a MetaSchedule trace); ``None`` when it is one."""
+        return None
+
+    @abc.abstractmethod
+    def write_kernel(self, template: Template, config: Config, folder: Path, stem: str
+                     ) -> tuple[dict[str, str], dict[str, Any]]:
+        """Build ``config`` into ``folder`` (paths ``kernels/<stem>.*``); (files by role, signature)."""
+
+    @abc.abstractmethod
+    def export_summary(self, manifest: ExportManifest) -> str:
+        """What an export runs on, in a few words (``VTA 1x16_i8w8a32_15_15_18_17``, ``cpu, x86_64``)."""
+
+    @abc.abstractmethod
+    def readme_usage(self, manifest: ExportManifest) -> str:
+        """The README section that says how to load and call the exported kernels."""
+
+    @abc.abstractmethod
+    def check_export_board(self, manifest: ExportManifest, board: Board) -> None:
+        """Refuse a board of this family that cannot run the export (architecture, GPU, hardware)."""
+
+    @abc.abstractmethod
+    def input_specs(self, kernel: KernelEntry) -> list[tuple[str, dict[str, Any]]]:
+        """(name, {shape, dtype, layout}) of each input a kernel takes, in order."""
+
+    @abc.abstractmethod
+    def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
+                   repeat: int, tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
+        """Run an exported kernel on ``board``: (outputs by name, mean seconds)."""
+
+    @abc.abstractmethod
+    def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
+        """Whether an output matches the reference, and a one-line verdict."""

@@ -1,0 +1,62 @@
+"""Which backend serves a board family: a lazy name -> class registry (a backend's module, and so
+TVM, is imported only when a board of its family is used)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from toolkit.boards import Board, BoardProfile
+from toolkit.errors import BoardError
+from toolkit.tuning.core.task import Task
+from toolkit.workloads import Conv2dWorkload
+from toolkit.workloads.networks import TaskPlan
+
+BACKENDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "vta": ("toolkit.backends.vta.backend", "VTABackend", {}),
+    "cpu": ("toolkit.backends.tvm.backend", "TVMBackend", {"device": "cpu"}),
+    "cuda": ("toolkit.backends.tvm.backend", "TVMBackend", {"device": "cuda"}),
+}
+"""Board family -> (module, class, constructor arguments) of its backend."""
+
+_INSTANCES: dict[str, Any] = {}
+
+
+def backend_for(profile: BoardProfile | str) -> Any:
+    """The :class:`~toolkit.backends.base.Backend` of a board profile (or a family name)."""
+    family = profile if isinstance(profile, str) else profile.family
+    if family not in _INSTANCES:
+        if family not in BACKENDS:
+            name = family if isinstance(profile, str) else f"board type {profile.name!r} has family {family!r}"
+            raise BoardError(f"{name}, which has no backend; families: {', '.join(BACKENDS)}")
+        module, cls, kwargs = BACKENDS[family]
+        _INSTANCES[family] = getattr(importlib.import_module(module), cls)(**kwargs)
+    return _INSTANCES[family]
+
+
+def make_task(workload: Conv2dWorkload, board: Board, **template_options: Any) -> Task:
+    """The task of tuning ``workload`` on ``board`` with its family's template (``template_options``,
+    e.g. ``tvm_compat=True`` on VTA, are checked by the template).
+
+    >>> from toolkit.boards import resolve_board
+    >>> from toolkit.workloads import parse_workload
+    >>> make_task(parse_workload("resnet18.C2"), resolve_board("vta-fsim")).space.size
+    2304
+    """
+    backend = backend_for(board.profile)
+    return Task(workload, board, backend.template(workload, board.profile, **template_options), backend)
+
+
+def tasks_of(plan: TaskPlan, board: Board, **template_options: Any) -> list[Task]:
+    """One task per task of a network ``plan`` (made by the board's backend, ``plan_network``) on ``board``."""
+    return [make_task(t.workload, board, **template_options) for t in plan.tasks]
+
+
+def template_for(workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Any:
+    """The conv2d :class:`~toolkit.tuning.core.template.Template` of ``profile``'s family."""
+    return backend_for(profile).template(workload, profile, **options)
+
+
+def make_runner(board: Board, **options: Any) -> Any:
+    """The :class:`~toolkit.tuning.core.runner.Runner` that measures on ``board`` (its backend's)."""
+    return backend_for(board.profile).make_runner(board, **options)

@@ -1,0 +1,182 @@
+"""The TVM backend object, for CPU (LLVM) and CUDA boards; ``device`` tells which."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from toolkit.backends.base import Backend
+from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S
+from toolkit.boards import Board, BoardProfile
+from toolkit.errors import BoardError, ConfigError, ExportError, last_line
+from toolkit.rpc.check import Finding
+from toolkit.tuning.core.builder import LocalBuilder
+from toolkit.tuning.core.check import check_output
+from toolkit.tuning.core.runner import Runner
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import BuildError, Template
+from toolkit.workloads import Conv2dWorkload
+
+if TYPE_CHECKING:
+    from toolkit.export.manifest import ExportManifest, KernelEntry
+
+PRELOAD = ("tvm", "toolkit.backends.tvm.tir_features", "toolkit.backends.tvm.cpu")
+"""Modules the builder's ``forkserver`` imports once, so that each build worker starts without importing TVM (~2 s)."""
+
+DEVICES = ("cpu", "cuda")
+
+
+def _norm_arch(arch: str) -> str:
+    a = arch.lower()
+    return {"arm64": "aarch64", "amd64": "x86_64", "armv7": "armv7l", "armhf": "armv7l"}.get(a, a)
+
+
+class TVMBackend(Backend):
+    """TVM code generation for an LLVM CPU (``device="cpu"``) or an NVIDIA GPU (``device="cuda"``)."""
+
+    name = "tvm"
+    export_kind = "tvm-library"
+    kernels_noun = "TVM libraries"
+    output_name = "conv"
+
+    def __init__(self, device: str = "cpu") -> None:
+        if device not in DEVICES:
+            raise ConfigError(f"TVM backend device must be one of {DEVICES}, got {device!r}")
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"TVMBackend(device={self.device!r})"
+
+    # -- tuning -------------------------------------------------------------------------------------
+    def template(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Template:
+        if self.device == "cuda":
+            from toolkit.backends.tvm.cuda import CUDAConv2dTemplate as cls
+        else:
+            from toolkit.backends.tvm.cpu import CPUConv2dTemplate as cls
+        return cls(workload, profile, **options)
+
+    def default_builder(self, board: Board) -> LocalBuilder:
+        """One worker per CPU (at most 4), :data:`BUILD_TIMEOUT_S` per build, TVM preloaded."""
+        return LocalBuilder(n_parallel=max(1, min(4, os.cpu_count() or 1)), timeout_s=BUILD_TIMEOUT_S,
+                            preload=PRELOAD)
+
+    def make_runner(self, board: Board, **options: Any) -> Runner:
+        """TVM RPC through the board's tracker (``local``: a loopback tracker and server)."""
+        from toolkit.backends.tvm.rpc_runner import RPCRunner
+
+        return RPCRunner(board, **options)
+
+    def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:
+        if self.device != "cuda":
+            return []
+        gpu = facts.get("gpu") or facts.get("nvhost") or ("tegra" if facts.get("tegrastats") else "")
+        return [Finding("gpu", gpu or "missing", bool(gpu),
+                        "no NVIDIA GPU found (/dev/nvhost*, nvidia-smi, tegrastats): flash JetPack/L4T")]
+
+    # -- export -------------------------------------------------------------------------------------
+    def record_template(self, template: Template, config: dict[str, Any]) -> Template | None:
+        """MetaSchedule records carry a trace: it is applied to the template's workload and built."""
+        from toolkit.backends.tvm.metaschedule import TraceTemplate, is_trace_config
+
+        return TraceTemplate(template) if is_trace_config(config) else None
+
+    def write_kernel(self, template: Template, config: Config, folder: Path, stem: str
+                     ) -> tuple[dict[str, str], dict[str, Any]]:
+        try:
+            artifact = template.build(config)
+        except BuildError as exc:
+            raise ExportError(f"rebuilding {template.workload.label} config #{config.index} failed: {exc}") from None
+        rel = f"{stem}.so"
+        (folder / rel).write_bytes(artifact.payload or Path(artifact.path or "").read_bytes())
+        return {"library": rel}, self._signature(template)
+
+    def _signature(self, template: Template) -> dict[str, Any]:
+        wl = template.workload
+        wlayout = getattr(template, "weight_layout", "OIHW")
+        wshape = [wl.ci, wl.kh, wl.kw, wl.co] if wlayout == "IHWO" else [wl.co, wl.ci, wl.kh, wl.kw]
+        return {"function": "main", "device": self.device,
+                "args": [{"name": "data", "shape": [wl.n, wl.ci, wl.h, wl.w], "dtype": "float32", "layout": "NCHW"},
+                         {"name": "weight", "shape": wshape, "dtype": "float32", "layout": wlayout},
+                         {"name": "conv", "shape": [wl.n, wl.co, wl.oh, wl.ow], "dtype": "float32",
+                          "layout": "NCHW", "output": True}],
+                "padding": [wl.ph, wl.pw], "stride": [wl.sh, wl.sw]}
+
+    def readme_usage(self, m: ExportManifest) -> str:
+        k0 = m.kernels[0]
+        args = k0.signature["args"]
+        return (
+            "## Calling a library on the board (needs only the TVM runtime)\n\n"
+            "```python\nimport numpy as np, tvm\n"
+            f"mod = tvm.runtime.load_module(\"{k0.files['library']}\")\n"
+            f"dev = tvm.{self.device}(0)\n"
+            f"data = tvm.runtime.tensor(np.zeros({tuple(args[0]['shape'])}, \"float32\"), dev)     # NCHW\n"
+            f"weight = tvm.runtime.tensor(np.zeros({tuple(args[1]['shape'])}, \"float32\"), dev)   "
+            f"# {args[1]['layout']}\n"
+            f"out = tvm.runtime.tensor(np.zeros({tuple(args[2]['shape'])}, \"float32\"), dev)      # NCHW\n"
+            "mod[\"main\"](data, weight, out)\n```\n\n"
+            f"Weights are {args[1]['layout']} (`weight_oihw.transpose(1, 2, 3, 0)` for IHWO). "
+            "Over RPC: `remote.upload(path)`, then `remote.load_module(name)`.\n")
+
+    def export_summary(self, m: ExportManifest) -> str:
+        return f"{m.family}, {m.arch}"
+
+    def _host(self, target: dict[str, Any]) -> dict[str, Any]:
+        return target.get("host", target) if self.device == "cuda" else target
+
+    def check_export_board(self, m: ExportManifest, board: Board) -> None:
+        p = board.profile
+        what = f"this export is for {m.board_type} ({self.export_summary(m)})"
+        if _norm_arch(p.arch) != _norm_arch(m.arch):
+            raise ExportError(f"{what}; board {board.name} ({p.name}) is {p.arch}: export for {board.name} with "
+                              f"`edgetune export --board {board.name}`")
+        host, built = self._host(p.target), self._host(m.target)
+        if p.name == m.board_type and host.get("mcpu") != built.get("mcpu"):   # `local` on another machine
+            raise ExportError(f"{what} built for CPU {built.get('mcpu')}; board {board.name} has CPU "
+                              f"{host.get('mcpu')}: export the log again for it")
+        if self.device == "cuda" and p.target.get("arch") != m.target.get("arch"):
+            raise ExportError(f"{what}, GPU {m.target.get('arch')}; board {board.name} has GPU "
+                              f"{p.target.get('arch')}: export for {board.name}")
+
+    def input_specs(self, kernel: KernelEntry) -> list[tuple[str, dict[str, Any]]]:
+        return [(a["name"], a) for a in kernel.signature["args"] if not a.get("output")]
+
+    def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
+                   repeat: int, tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
+        """Upload the library over TVM RPC, run it once for its output, then time it."""
+        import tvm
+        from tvm import rpc
+
+        from toolkit.backends.tvm.rpc_runner import board_tracker
+
+        out_spec = next(a for a in kernel.signature["args"] if a.get("output"))
+        (host, port), release = board_tracker(board, tracker)
+        stage = "connect"
+        try:
+            sess = rpc.connect_tracker(host, port).request(board.rpc_key, priority=1, session_timeout=120,
+                                                           max_retry=2)
+            stage = "upload"
+            name = f"edgetune-export-{os.getpid()}-{Path(kernel.files['library']).name}"
+            sess.upload(str(folder / kernel.files["library"]), name)
+            stage = "load"
+            mod = sess.load_module(name)
+            dev = sess.device(self.device, 0)
+            args = [tvm.runtime.tensor(x, dev) for x in inputs]
+            out = tvm.runtime.tensor(np.zeros(out_spec["shape"], dtype=out_spec["dtype"]), dev)
+            stage = "run"
+            mod["main"](*args, out)
+            got = out.numpy()
+            timer = mod.time_evaluator("main", dev, number=1, repeat=max(1, repeat))
+            costs = [float(c) for c in timer(*args, out).results]
+        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions, failed loads
+            raise BoardError(f"{stage} on board {board.name} (key {board.rpc_key!r}, tracker {host}:{port}) "
+                             f"failed: {last_line(exc)}") from None
+        finally:
+            if release is not None:
+                release()
+        return {"conv": got}, sum(costs) / len(costs)
+
+    def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
+        return check_output(got, expected, exact=False)

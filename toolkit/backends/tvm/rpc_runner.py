@@ -1,0 +1,380 @@
+"""Measure TVM libraries on boards through a TVM RPC tracker (or one server, directly).
+
+For each artifact the runner uploads the library to a session on a board of its key, checks
+one run's output against the template's numpy reference and times it with ``time_evaluator``.
+One session (with the inputs already on the board) serves the items of a :meth:`RPCRunner.run`
+call one after another while it is young enough that the server's ``session_timeout`` cannot
+end it mid-item; any failure drops it and the next item gets a fresh session. A session that
+dies mid-measurement (the board rebooted, the server was killed) is not a result: the runner
+waits up to ``wait_timeout_s`` for a server of the same key to come back and measures again;
+only if none returns is the item ``BOARD_LOST``.
+
+>>> from toolkit.rpc.tracker import ensure_local_rpc
+>>> host, port, stop = ensure_local_rpc("local")          # doctest: +SKIP
+>>> runner = RPCRunner(host, port, "local")               # doctest: +SKIP
+>>> results = runner.run(template, [(config, artifact)], MeasureOptions())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from toolkit.boards import Board
+from toolkit.errors import BoardError
+from toolkit.tuning.core.check import check_output
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.core.runner import MeasureOptions, Runner
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import Artifact, Template
+
+_LOST_HINTS = ("socket", "connection", "connect", "closed", "eof", "peer", "broken pipe",
+               "rpcsessiontimeout", "session timeout", "kshutdown", "code == rpccode")
+
+
+REUSE_MARGIN_S = 10.0
+"""A session is reused only while ``session_timeout`` leaves the run's timeout plus this margin."""
+
+
+class _SessionLost(Exception):
+    """The session ended before the measurement finished."""
+
+
+class _Live:
+    """A session kept between items: the board's device, the inputs on it and an output tensor."""
+
+    def __init__(self, sess: Any, dev: Any, data_key: int, args: list[Any], out: Any, session_timeout: float) -> None:
+        self.sess, self.dev, self.data_key, self.args, self.out = sess, dev, data_key, args, out
+        self.opened = time.monotonic()
+        self.session_timeout = session_timeout
+
+    def usable(self, data_key: int, run_timeout: float) -> bool:
+        """True while it holds these inputs and the server will not end it within one more item."""
+        age = time.monotonic() - self.opened
+        return self.data_key == data_key and age + run_timeout + REUSE_MARGIN_S < self.session_timeout
+
+
+class RPCRunner(Runner):
+    """A :class:`Runner` for TVM RPC boards (executor ``tvm``).
+
+    ``key=None`` is direct mode: ``tracker_host:tracker_port`` is then one RPC server
+    (``python -m tvm.exec.rpc_server --host H --port P``), with no tracker.
+    ``session_timeout`` bounds one session on the server, which then kills it (a hung kernel);
+    default: the run's ``timeout_s`` + 30 s, so a timed-out run frees the board soon;
+    ``wait_timeout_s`` is how long a lost board may take to come back;
+    ``max_crashes`` is how often a session may die while its server stays registered before
+    the kernel is blamed (``RUNTIME_ERROR``).
+    """
+
+    def __init__(self, tracker_host: str | Board, tracker_port: int | None = None, key: str | None = None, *,
+                 tracker: tuple[str, int] | str | None = None, session_timeout: float | None = None,
+                 wait_timeout_s: float = 60.0, priority: int = 1, max_crashes: int = 2, seed: int = 0) -> None:
+        self._release: Callable[[], None] | None = None
+        if isinstance(tracker_host, Board):   # make_runner(board): the board's tracker, or a local one
+            board = tracker_host
+            (tracker_host, tracker_port), self._release = board_tracker(board, tracker)
+            key = board.rpc_key
+        if tracker_port is None:
+            raise BoardError("RPCRunner needs a tracker port (or a board)")
+        self.host = tracker_host
+        self.port = int(tracker_port)
+        self.key = key
+        self.session_timeout = session_timeout
+        self.wait_timeout_s = wait_timeout_s
+        self.priority = priority
+        self.max_crashes = max_crashes
+        self.seed = seed
+        self.lost_sessions = 0
+        """Sessions that died mid-measurement and were measured again."""
+        self._data: tuple[int, list[np.ndarray], np.ndarray | None] | None = None
+        self._live: _Live | None = None
+        self.sessions = 0
+        """Sessions opened so far (one per item without reuse)."""
+
+    def close(self) -> None:
+        """Stop the loopback tracker and server this runner started for the ``local`` board."""
+        self._live = None
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+    @classmethod
+    def direct(cls, address: str, **kwargs: Any) -> "RPCRunner":
+        """A runner for one server at ``host:port`` (no tracker)."""
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise BoardError(f"RPC address {address!r} must be host:port, e.g. 127.0.0.1:9090")
+        return cls(host, int(port), None, **kwargs)
+
+    @property
+    def where(self) -> str:
+        """Human description of what this runner talks to."""
+        if self.key is None:
+            return f"RPC server {self.host}:{self.port}"
+        return f"key {self.key!r} at tracker {self.host}:{self.port}"
+
+    # -- sessions ----------------------------------------------------------------------
+    def _connect(self, timeout: float) -> Any:
+        from tvm import rpc
+
+        session_timeout = self.session_timeout or timeout + 30.0
+        if self.key is None:
+            return rpc.connect(self.host, self.port, session_timeout=session_timeout)
+        return rpc.connect_tracker(self.host, self.port).request(
+            self.key, priority=self.priority, session_timeout=session_timeout, max_retry=1)
+
+    def board_present(self) -> bool:
+        """True when the tracker lists a server of this key (direct mode: the port accepts)."""
+        if self.key is None:
+            import socket
+
+            try:
+                with socket.create_connection((self.host, self.port), timeout=2.0):
+                    return True
+            except OSError:
+                return False
+        from toolkit.rpc.tracker import tracker_summary
+
+        try:
+            info = tracker_summary(self.host, self.port)
+        except BoardError:
+            return False
+        return any(s.get("key", "").split(":", 1)[-1] == self.key for s in info.get("server_info", []))
+
+    def wait_for_board(self, timeout: float) -> bool:
+        """Poll until a board of this key is registered again (or ``timeout`` passes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.board_present():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
+    # -- measurement -------------------------------------------------------------------
+    def _inputs(self, template: Template, check: bool) -> tuple[list[np.ndarray], np.ndarray | None]:
+        if self._data is None or self._data[0] != id(template) or (check and self._data[2] is None):
+            inputs = template.make_inputs(np.random.default_rng(self.seed))
+            ref = template.reference(inputs) if check else None
+            self._data = (id(template), inputs, ref)
+        return self._data[1], self._data[2]
+
+    def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
+            options: MeasureOptions) -> list[MeasureResult]:
+        inputs, ref = self._inputs(template, options.check)
+        try:
+            return [self._measure(template, config, artifact, options, inputs, ref) for config, artifact in items]
+        finally:
+            self._live = None   # the board is free between batches (other users of the tracker)
+
+    def _measure(self, template: Template, config: Config, artifact: Artifact, options: MeasureOptions,
+                 inputs: list[np.ndarray], ref: np.ndarray | None) -> MeasureResult:
+        def result(**kw: Any) -> MeasureResult:
+            return MeasureResult(index=config.index, config=dict(config.values), features=dict(artifact.features),
+                                 build_s=artifact.build_s, run_s=time.perf_counter() - started, **kw)
+
+        started = time.perf_counter()
+        crashes = 0
+        lost = "it was not registered"
+        while True:
+            if self._live is None and not self.wait_for_board(self.wait_timeout_s):
+                return result(error=ErrorClass.BOARD_LOST,
+                              message=f"{self.where} did not come back within {self.wait_timeout_s:.0f} s ({lost})")
+            try:
+                costs, wrong, note = self._attempt(template, artifact, options, inputs, ref)
+            except TimeoutError as exc:
+                if not self.board_present():
+                    lost = f"lost during the run: {exc}"
+                    self.lost_sessions += 1
+                    continue
+                return result(error=ErrorClass.TIMEOUT, message=str(exc))
+            except _SessionLost as exc:
+                lost = str(exc)
+                self.lost_sessions += 1
+                if self.board_present():
+                    crashes += 1
+                    if crashes > self.max_crashes:
+                        return result(error=ErrorClass.RUNTIME_ERROR,
+                                      message=f"the session died {crashes} times while the board stayed up: {exc}")
+                continue
+            except RuntimeError as exc:
+                return result(error=ErrorClass.RUNTIME_ERROR, message=_short(exc))
+            if wrong:
+                return result(error=ErrorClass.WRONG_ANSWER, message=wrong)
+            return result(costs=costs, message=note)
+
+    def _attempt(self, template: Template, artifact: Artifact, options: MeasureOptions,
+                 inputs: list[np.ndarray], ref: np.ndarray | None) -> tuple[list[float], str, str]:
+        """One item in a session (the kept one, or a new one): upload, check, time.
+
+        Runs in a thread so a hung kernel times out. ``timeout_s`` counts from the first run on
+        the board; getting a session (queued at the tracker behind other users) and uploading
+        have ``wait_timeout_s`` + 60 s. The session is kept only when the item finished cleanly.
+        """
+        live, self._live = self._live, None
+        if live is not None and not live.usable(id(inputs), options.timeout_s):
+            live = None
+        box: dict[str, Any] = {"live": live}
+
+        def work() -> None:
+            try:
+                box["value"] = self._session_measure(template, artifact, options, inputs, ref, box)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=work, name="edgetune-rpc-measure", daemon=True)
+        begun = time.monotonic()
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            now = time.monotonic()
+            if "run_started" in box:
+                if now - box["run_started"] > options.timeout_s:
+                    raise TimeoutError(f"the run did not finish within {options.timeout_s:g} s")
+            elif now - begun > self.wait_timeout_s + 60.0:
+                raise _SessionLost(f"no session and upload within {self.wait_timeout_s + 60.0:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        self._live = box.get("live")
+        return box["value"]
+
+    def _session_measure(self, template: Template, artifact: Artifact, options: MeasureOptions,
+                         inputs: list[np.ndarray], ref: np.ndarray | None,
+                         box: dict[str, Any]) -> tuple[list[float], str, str]:
+        if artifact.kind != "tvm-library":
+            raise RuntimeError(f"RPCRunner measures TVM libraries, not {artifact.kind!r} artifacts")
+        live: _Live | None = box.pop("live", None)
+        stage, failure = "upload", None
+        try:
+            if live is None:
+                box["stage"] = "session"
+                live = self._open(template, options, inputs, ref)
+            value = self._run_in_session(live, template, artifact, options, ref, box)
+            box["live"] = live
+            return value
+        except _SessionLost:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            stage = box.get("stage", stage)
+            # TVM words a dropped connection differently depending on where the call was cut: a session
+            # that no longer answers is lost whatever the message said
+            failure = (_looks_lost(exc) or (live is not None and not _answers(live)), _short(exc))
+        finally:
+            # drop a failed session now (not when a traceback cycle is collected): the board is
+            # busy until its session closes
+            live = None
+        if failure[0]:
+            raise _SessionLost(f"session lost during {stage}: {failure[1]}")
+        raise RuntimeError(f"{stage} failed on {self.where}: {failure[1]}")
+
+    def _open(self, template: Template, options: MeasureOptions, inputs: list[np.ndarray],
+              ref: np.ndarray | None) -> _Live:
+        """A new session with the inputs and an output tensor on the board."""
+        import tvm
+
+        session_timeout = self.session_timeout or options.timeout_s + 30.0
+        try:
+            sess = self._connect(options.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions
+            raise _SessionLost(f"no session from {self.where}: {_short(exc)}") from None
+        self.sessions += 1
+        dev = sess.device(template.device, 0)
+        args = [tvm.runtime.tensor(x, dev) for x in inputs]
+        out_shape = ref.shape if ref is not None else template.output_shape()  # type: ignore[attr-defined]
+        out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
+        return _Live(sess, dev, id(inputs), args, out, session_timeout)
+
+    @staticmethod
+    def _run_in_session(live: _Live, template: Template, artifact: Artifact, options: MeasureOptions,
+                        ref: np.ndarray | None, box: dict[str, Any]) -> tuple[list[float], str, str]:
+        box["stage"] = "upload"
+        name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
+        _upload(live.sess, artifact, name)
+        box["stage"] = "load"
+        mod = live.sess.load_module(name)
+        dev, args, out = live.dev, live.args, live.out
+        box["stage"] = "run"
+        box["run_started"] = time.monotonic()
+        if ref is not None:
+            out.copyfrom(np.full(ref.shape, np.nan, dtype=np.float32))  # no stale output from an earlier item
+            mod["main"](*args, out)
+            got = out.numpy()
+            correct, message = check_output(got, ref, exact=False)
+            if not correct:
+                return [], message, ""
+        cutoff = options.hopeless_after()
+        if math.isfinite(cutoff):
+            first = float(mod.time_evaluator("main", dev, number=1, repeat=1)(*args, out).results[0])
+            if first > cutoff:
+                return [first], "", (f"hopeless: one run took {first:.3g} s, over {options.hopeless_factor:g}x "
+                                     "the best so far; not timed further")
+        timer = mod.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
+                                   min_repeat_ms=int(math.ceil(options.min_repeat_ms)))
+        return [float(c) for c in timer(*args, out).results], "", ""
+
+
+def board_tracker(board: Board, tracker: tuple[str, int] | str | None = None
+                  ) -> tuple[tuple[str, int], Callable[[], None] | None]:
+    """Tracker address of ``board`` and a release function when one was started for it.
+
+    A board without a host (the built-in ``local``) gets a loopback tracker and RPC server
+    (:func:`toolkit.rpc.tracker.ensure_local_rpc`); other boards use ``tracker``, else where the
+    board was provisioned, else the tracker ``edgetune tracker start`` runs.
+    """
+    if not isinstance(tracker, tuple) and tracker is None and (board.entry is None or not board.entry.host):
+        from toolkit.rpc.tracker import ensure_local_rpc
+
+        host, port, stop = ensure_local_rpc(board.rpc_key)
+        return (host, port), stop
+    from toolkit.rpc.service import board_tracker_address
+
+    return board_tracker_address(board.name, tracker), None
+
+
+def _upload(sess: Any, artifact: Artifact, name: str) -> None:
+    if artifact.payload:
+        fd, path = tempfile.mkstemp(suffix=".so", prefix="edgetune-upload-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(artifact.payload)
+            sess.upload(path, name)
+        finally:
+            os.unlink(path)
+    elif artifact.path:
+        sess.upload(artifact.path, name)
+    else:
+        raise RuntimeError("the artifact has neither a payload nor a path")
+
+
+def _answers(live: _Live) -> bool:
+    """Whether a session still answers a round trip (its output tensor read back)."""
+    try:
+        live.out.numpy()
+    except Exception:  # noqa: BLE001 - any failure of the round trip means the session is gone
+        return False
+    return True
+
+
+def _looks_lost(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectionError, EOFError, BrokenPipeError)):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(h in text for h in _LOST_HINTS)
+
+
+def _short(exc: BaseException) -> str:
+    """The last line of an error, with the line it continues (TVM: "Error caught from RPC call:")."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    msg = lines[-1]
+    if len(lines) > 1 and lines[-2].endswith(":"):
+        msg = f"{lines[-2]} {msg}"
+    return msg[:300]

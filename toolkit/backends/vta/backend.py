@@ -1,0 +1,284 @@
+"""The VTA backend object: template, builder, runners, network plan, board checks and exports."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from toolkit.backends.base import Backend
+from toolkit.backends.registry import backend_for
+from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
+from toolkit.backends.vta.template import VTAConv2dTemplate
+from toolkit.boards import Board, BoardProfile
+from toolkit.errors import BoardError, ConfigError, ExportError, last_line
+from toolkit.rpc.check import Finding
+from toolkit.tuning.core.builder import LocalBuilder
+from toolkit.tuning.core.check import check_output
+from toolkit.tuning.core.runner import Runner
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import BuildError, Template
+from toolkit.vta.config import get_preset, preset_name
+from toolkit.workloads import Conv2dWorkload
+from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
+
+if TYPE_CHECKING:
+    from toolkit.export.manifest import ExportManifest, KernelEntry
+
+CHANNEL_BLOCK = 16
+"""Channels of a network layer are padded to this block, as TVM's VTA ``graph_pack`` does."""
+
+VTA_CLIP = (0, 127)
+"""Requantisation clip of edgetune's VTA conv2d: ``MIN 127`` then ``MAX 0``."""
+
+INPUT_REGIONS = ("inp", "wgt", "bias")
+
+
+def profile_hw(profile: BoardProfile) -> dict[str, Any]:
+    """The VTA hardware config (``vta_config.json`` keys) of a VTA board profile."""
+    if not profile.vta or "preset" not in profile.vta:
+        raise ConfigError(f"board type {profile.name!r} has no [vta] preset; it cannot run VTA programs")
+    return get_preset(profile.vta["preset"]).to_json()
+
+
+def with_vta_preset(board: Board, preset: str | None) -> Board:
+    """``board`` simulating another VTA hardware preset (``vta-fsim`` + ``zcu102`` -> ``vta-fsim-zcu102``).
+
+    Only the profile's ``[vta] preset`` changes, so the simulator (in this process) models that config; a real
+    FPGA board keeps the bitstream it has (:class:`ConfigError`), as does a non-VTA board.
+
+    >>> from toolkit.boards import resolve_board
+    >>> with_vta_preset(resolve_board("vta-fsim"), "zcu102").name
+    'vta-fsim-zcu102'
+    """
+    if preset is None or (board.profile.vta or {}).get("preset") == preset:
+        return board
+    if not isinstance(backend_for(board.profile), VTABackend):
+        raise ConfigError(f"--vta-config applies to VTA boards; {board.name!r} is a {board.profile.family} board")
+    if not board.profile.is_simulator:
+        raise ConfigError(f"--vta-config simulates another VTA preset; {board.name!r} is an FPGA with its own "
+                          f"bitstream: register a board of that type instead (edgetune board types)")
+    get_preset(preset)
+    vta = {**(board.profile.vta or {}), "preset": preset}
+    return Board(f"{board.name}-{preset}", dataclasses.replace(board.profile, vta=vta))
+
+
+def require_vta(board: Board) -> None:
+    """Refuse a board that is not a VTA board with a hardware preset."""
+    if not isinstance(backend_for(board.profile), VTABackend) or not board.profile.vta or "preset" not in board.profile.vta:
+        raise BoardError(f"board {board.name!r} is not a VTA board (family {board.profile.family!r}); "
+                         "use vta-fsim or a Pynq/Ultra96/ZCU102 board")
+
+
+class VTABackend(Backend):
+    """VTA on an FPGA (through the board agent) or edgetune's simulator."""
+
+    name = "vta"
+    export_kind = "vta-program"
+    kernels_noun = "VTA programs"
+    output_name = "out"
+    readme_run_also = " or any board with the same VTA hardware config"
+    template_options = tuple(VTA_TEMPLATE_OPTIONS)
+    first_conv_on_cpu = True
+
+    # -- tuning -------------------------------------------------------------------------------------
+    def template(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Template:
+        return VTAConv2dTemplate(workload, profile, **options)
+
+    def default_builder(self, board: Board) -> LocalBuilder:
+        """In-process: a VTA build takes milliseconds."""
+        return LocalBuilder(n_parallel=0)
+
+    def make_runner(self, board: Board, **options: Any) -> Runner:
+        """The in-process simulator for the built-in ``vta-fsim``; the board agent over RPC for every
+        registered board (an FPGA, or a provisioned simulator agent)."""
+        if board.profile.executor == "fsim" and board.entry is None:
+            from toolkit.backends.vta.sim_runner import SimRunner
+
+            return SimRunner(**options)
+        from toolkit.backends.vta.rpc_runner import VTARPCRunner
+
+        return VTARPCRunner(board, **options)
+
+    def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
+        """Channels padded to :data:`CHANNEL_BLOCK`; the first conv on the CPU unless ``first_conv="pad"``."""
+        return plan_tasks(network, block=CHANNEL_BLOCK, first_conv=first_conv)
+
+    def explore_space(self, workload: Conv2dWorkload, profile: BoardProfile, *, exhaustive: bool,
+                      on_step: Any = None) -> dict[str, Any] | None:
+        """Every config compiled (and with ``exhaustive`` simulated), for edgetune's and TVM's space."""
+        from toolkit.backends.vta.space import explore
+
+        return explore(workload, get_preset(profile.vta["preset"]), exhaustive=exhaustive, on_step=on_step)
+
+    def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:
+        if profile.executor != "fpga":
+            return []
+        out = [Finding("pynq package", facts.get("pynq") or "missing", bool(facts.get("pynq")),
+                       "use the PYNQ image (v2.5+) or `pip install pynq` in the board's Python")]
+        fm = facts.get("fpga_manager", "")
+        out.append(Finding("fpga manager", f"{fm} ({facts.get('fpga_state', '')})" if fm else "missing", bool(fm),
+                           "the kernel has no /sys/class/fpga_manager: use the PYNQ/Xilinx image for this board"))
+        bit = facts.get("bitstream", "")
+        out.append(Finding("bitstream", bit or "missing", bool(bit),
+                           f"run `edgetune board provision {name}` (uploads and loads "
+                           f"{(profile.vta or {}).get('bitstream')}.bit)"))
+        sudo = facts.get("sudo", "no")
+        needs = bool(profile.runtime.get("needs_sudo"))
+        out.append(Finding("fpga access (sudo)", sudo, sudo != "no" or not needs,
+                           "the FPGA and its DMA buffers need root: allow passwordless sudo for the agent "
+                           "(`echo 'USER ALL=(ALL) NOPASSWD: ALL' | sudo tee /etc/sudoers.d/edgetune`)"))
+        return out
+
+    # -- export -------------------------------------------------------------------------------------
+    def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
+        return profile_hw(profile)
+
+    def tuned_profile(self, profile: BoardProfile, hw: Any, log: Path) -> BoardProfile:
+        """The profile with the VTA preset the log header's hardware names (``edgetune tune --vta-config
+        zcu102`` on ``vta-fsim`` logs the zcu102 config)."""
+        if not isinstance(hw, dict) or hw == profile_hw(profile):
+            return profile
+        preset = preset_name(hw)
+        if preset is not None:
+            return dataclasses.replace(profile, vta={**profile.vta, "preset": preset})
+        raise ExportError(f"{log} was tuned for a VTA config that matches no known preset; tune again with this "
+                          f"edgetune version")
+
+    def check_export_target(self, profile: BoardProfile, tuned: BoardProfile, name: str, log: Path) -> None:
+        if profile_hw(profile) != profile_hw(tuned):
+            raise ExportError(f"{log} was tuned for VTA {tuned.vta['bitstream']} ({tuned.name}); {name} has "
+                              f"{profile.vta['bitstream']}: tune on {name} first")
+
+    def write_kernel(self, template: Template, config: Config, folder: Path, stem: str
+                     ) -> tuple[dict[str, str], dict[str, Any]]:
+        from toolkit.vta.isa import encode_insn
+        from toolkit.vta.program import Program
+
+        try:
+            artifact = template.build(config)
+        except BuildError as exc:
+            raise ExportError(f"rebuilding {template.workload.label} config #{config.index} failed: {exc}") from None
+        program = Program.from_bytes(artifact.payload)
+        files = {"program": f"{stem}.vtaprog", "insns": f"{stem}.insns.bin", "uops": f"{stem}.uops.bin",
+                 "params": f"{stem}.json"}
+        (folder / files["program"]).write_bytes(artifact.payload)
+        (folder / files["insns"]).write_bytes(b"".join(encode_insn(i, program.hw) for i in program.insns))
+        (folder / files["uops"]).write_bytes(program.uop_words().astype(f"<u{program.hw.uop_bytes}").tobytes())
+        params = _program_params(program, template.workload)
+        (folder / files["params"]).write_text(json.dumps(params, indent=2) + "\n")
+        signature = {"inputs": [n for n in INPUT_REGIONS if n in program.regions], "output": "out",
+                     **{n: {k: params["regions"][n][k] for k in ("shape", "dtype", "layout")}
+                        for n in (*INPUT_REGIONS, "out") if n in program.regions}}
+        return files, signature
+
+    def readme_usage(self, m: ExportManifest) -> str:
+        k0 = m.kernels[0]
+        return (
+            f"## Driving a VTA program ({m.bitstream})\n\n"
+            "Per workload: `.vtaprog` (edgetune's program file: hardware config, DRAM layout, instructions, "
+            "micro-ops, crc32), the raw instruction stream `.insns.bin` and micro-op image `.uops.bin` exactly as "
+            "the FPGA reads them, and `.json` with the packing layouts, the requantisation (shift, bias, clip) and "
+            "the byte offset of each DRAM region.\n\n"
+            "```python\nfrom toolkit.vta.program import Program\nfrom toolkit.vta.sim import simulate\n"
+            f"prog = Program.load(\"{k0.files['program']}\")\n"
+            "res = simulate(prog, {\"inp\": packed_data, \"wgt\": packed_weight})  # or the board agent's "
+            "edgetune.vta.run\n"
+            "out = res.outputs[\"out\"].reshape(prog.regions[\"out\"].shape)\n```\n\n"
+            "Pack with `toolkit.vta.reference.pack_input` / `pack_weight`, unpack with `unpack_output`. Without "
+            "edgetune: place each input at its region offset in one DRAM buffer, the micro-ops at the `uop` region, "
+            "and run the instruction stream; instruction DRAM addresses are in element units relative to it.\n")
+
+    def export_summary(self, m: ExportManifest) -> str:
+        return f"VTA {m.bitstream}"
+
+    def check_export_board(self, m: ExportManifest, board: Board) -> None:
+        p = board.profile
+        what = f"this export is for {m.board_type} ({self.export_summary(m)})"
+        needed = preset_name(m.hardware)
+        if profile_hw(p) != m.hardware and p.is_simulator and needed:
+            raise ExportError(f"this export is for the VTA config {needed}; board {board.name} simulates "
+                              f"{p.vta.get('preset')}: pass --vta-config {needed}")
+        if profile_hw(p) != m.hardware:
+            raise ExportError(f"{what}; board {board.name} ({p.name}) has VTA {p.vta.get('bitstream')}, another "
+                              f"hardware config: export a log tuned for {p.name}")
+
+    def input_specs(self, kernel: KernelEntry) -> list[tuple[str, dict[str, Any]]]:
+        return [(n, kernel.signature[n]) for n in kernel.signature["inputs"]]
+
+    def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
+                   repeat: int, tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
+        """The simulator in-process for ``vta-fsim``, else the board agent's ``edgetune.vta.run``."""
+        from toolkit.vta.errors import VTAError
+        from toolkit.vta.program import Program
+
+        path = folder / kernel.files["program"]
+        program = Program.load(path)
+        named = dict(zip(kernel.signature["inputs"], inputs))
+        shape = program.regions["out"].shape
+        if board.profile.is_simulator:
+            from toolkit.vta.sim import simulate
+
+            try:
+                res = simulate(program, named)
+            except VTAError as exc:
+                raise ExportError(f"{kernel.label} failed in the simulator: {exc}") from None
+            return {"out": np.asarray(res.outputs["out"]).reshape(shape)}, float(res.seconds)
+        return _run_on_agent(board, path.read_bytes(), named, shape, repeat, tracker)
+
+    def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
+        return check_output(got, expected, exact=True)
+
+
+def _program_params(program: Any, wl: Conv2dWorkload) -> dict[str, Any]:
+    """Packing, requantisation and DRAM layout a caller needs to drive the program."""
+    hw = program.hw
+    b, bi, bo = hw.batch, hw.block_in, hw.block_out
+    layouts = {"inp": f"NCHW{b}n{bi}c", "wgt": f"OIHW{bo}o{bi}i", "bias": f"NC11{b}n{bo}c", "out": f"NCHW{b}n{bo}c"}
+    meaning = {"inp": "data NCHW int8, packed (N/B, C/BI, H, W, B, BI)",
+               "wgt": "weight OIHW int8, packed (O/BO, I/BI, KH, KW, BO, BI)",
+               "bias": "per-channel int32 bias, packed (N/B, CO/BO, 1, 1, B, BO)",
+               "out": "output NCHW int8, packed (N/B, CO/BO, OH, OW, B, BO)",
+               "uop": "micro-op image (written by the loader, not by the caller)"}
+    return {
+        "shift": int(program.meta.get("shift", 8)),
+        "bias": bool(program.meta.get("bias", False)),
+        "clip": list(VTA_CLIP),
+        "formula": "out = clip(((conv_int32(inp, wgt) >> shift) + bias), 0, 127).astype(int8)",
+        "stride": [wl.sh, wl.sw], "padding": [wl.ph, wl.pw],
+        "regions": {r.name: {"offset": r.offset, "nbytes": r.nbytes, "shape": list(r.shape), "dtype": r.dtype,
+                             "layout": layouts.get(r.name, "raw"), "meaning": meaning.get(r.name, "")}
+                    for r in program.regions.values()},
+        "dram_bytes": program.dram_bytes,
+        "instructions": len(program.insns), "insn_bytes": hw.insn_bytes,
+        "uops": len(program.uops), "uop_bytes": hw.uop_bytes,
+        "hardware": hw.to_json(), "bitstream": hw.bitstream,
+    }
+
+
+def _run_on_agent(board: Board, program: bytes, named: dict[str, np.ndarray], shape: tuple, repeat: int,
+                  tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
+    """Run a program through the board agent's ``edgetune.vta.run`` (see :mod:`toolkit.rpc.agent`)."""
+    from tvm import rpc
+    from toolkit.rpc.service import board_tracker_address
+
+    address = board_tracker_address(board.name, tracker)
+    buf = io.BytesIO()
+    np.savez(buf, **named)
+    try:
+        sess = rpc.connect_tracker(*address).request(board.rpc_key, priority=1, session_timeout=300)
+        raw = sess.get_function("edgetune.vta.run")(program, buf.getvalue(), max(1, repeat))
+    except Exception as exc:  # noqa: BLE001
+        raise BoardError(f"running on board {board.name} (key {board.rpc_key!r}, tracker {address[0]}:"
+                         f"{address[1]}) failed: {last_line(exc)}; check `edgetune board status`") from None
+    out = dict(np.load(io.BytesIO(bytes(raw)), allow_pickle=False))
+    if "__error__" in out:
+        msg = bytes(np.asarray(out["__error__"], dtype=np.uint8)).decode(errors="replace")
+        raise ExportError(f"the program failed on board {board.name}: {msg}")
+    seconds = [float(s) for s in out["__seconds__"].reshape(-1) if math.isfinite(s)]
+    return {"out": out["out"].reshape(shape)}, sum(seconds) / max(1, len(seconds))

@@ -1,0 +1,129 @@
+"""Measure VTA programs on boards through the RPC tracker (agents started by ``board provision``).
+
+Each artifact gets its own RPC session, requested from the tracker by the board's key, so every
+board registered under that key takes a share of the measurements. A board lost mid-measurement
+(its agent or tunnel dropped) is waited for: the same key must come back (the same board, or
+another with that key) within ``wait_s``; the artifact is then measured again. Only when no board
+comes back is :class:`~toolkit.tuning.core.runner.BoardLostError` raised (the loop never records it).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+from collections import Counter
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolkit.boards import Board
+from toolkit.errors import BoardError
+from toolkit.rpc.service import board_tracker_address
+from toolkit.tuning.core.check import check_output
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.core.runner import BoardLostError, MeasureOptions, Runner
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import Artifact, Template
+
+INPUT_REGIONS = ("inp", "wgt", "bias")
+
+
+def _text(a: np.ndarray) -> str:
+    return bytes(np.asarray(a, dtype=np.uint8)).decode(errors="replace")
+
+
+class VTARPCRunner(Runner):
+    """Runs VTA program binaries on every agent registered under ``board``'s RPC key.
+
+    ``tracker``: ``(host, port)`` or ``"HOST:PORT"``; default: where the board was provisioned, else
+    the tracker ``edgetune tracker start`` runs. ``wait_s``: how long to wait for a lost board's key
+    to come back. ``max_lost``: how many times one artifact may lose its board before giving up.
+    ``served`` counts measurements per board name.
+    """
+
+    def __init__(self, board: Board, tracker: tuple[str, int] | str | None = None, *, seed: int = 0,
+                 wait_s: float = 120.0, max_lost: int = 5, priority: int = 1) -> None:
+        self.board, self.key, self.seed = board, board.rpc_key, seed
+        self.wait_s, self.max_lost, self.priority = wait_s, max_lost, priority
+        self.tracker = board_tracker_address(board.name, tracker)
+        self.served: Counter[str] = Counter()
+        self.lost = 0
+
+    # -- sessions ---------------------------------------------------------------------------------
+    def _registered(self) -> bool:
+        from toolkit.rpc.tracker import tracker_summary
+
+        try:
+            info = tracker_summary(*self.tracker)
+        except BoardError:
+            return False
+        return any(s.get("key") == f"server:{self.key}" for s in info.get("server_info", []))
+
+    def _session(self, timeout_s: float) -> Any:
+        """A session with some board registered under the key, waiting up to ``wait_s`` for one."""
+        from tvm import rpc
+
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            if self._registered():
+                try:
+                    return rpc.connect_tracker(*self.tracker).request(
+                        self.key, priority=self.priority, session_timeout=timeout_s)
+                except Exception:  # noqa: BLE001 - the board vanished between summary and request
+                    pass
+            if time.monotonic() > deadline:
+                raise BoardLostError(
+                    f"no board with RPC key {self.key!r} registered with the tracker "
+                    f"{self.tracker[0]}:{self.tracker[1]} within {self.wait_s:.0f}s; check `edgetune board "
+                    f"status` and re-provision the board")
+            time.sleep(0.5)
+
+    # -- measuring --------------------------------------------------------------------------------
+    def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
+            options: MeasureOptions) -> list[MeasureResult]:
+        return [self._run_one(template, config, artifact, options) for config, artifact in items]
+
+    def _run_one(self, template: Template, config: Config, artifact: Artifact,
+                 options: MeasureOptions) -> MeasureResult:
+        rng = np.random.default_rng([self.seed, config.index])
+        inputs = template.make_inputs(rng)
+        buf = io.BytesIO()
+        np.savez(buf, **dict(zip(INPUT_REGIONS, inputs)))
+        number, repeat = max(1, options.number), max(1, options.repeat)
+        base = dict(index=config.index, config=config.values, features=dict(artifact.features),
+                    build_s=artifact.build_s)
+        t0 = time.perf_counter()
+        for _attempt in range(self.max_lost + 1):
+            session = self._session(options.timeout_s * repeat + 30)
+            try:
+                raw = session.get_function("edgetune.vta.run")(artifact.payload, buf.getvalue(), number * repeat)
+            except Exception as exc:  # noqa: BLE001 - TVM raises plain errors on a dropped connection
+                if "RPCSessionTimeoutError" in str(exc):
+                    return MeasureResult(**base, error=ErrorClass.TIMEOUT, run_s=time.perf_counter() - t0,
+                                         message=f"the run exceeded {options.timeout_s:.0f}s per repeat")
+                self.lost += 1
+                continue
+            finally:
+                del session
+            out = dict(np.load(io.BytesIO(bytes(raw)), allow_pickle=False))
+            board = _text(out.pop("__board__"))
+            self.served[board] += 1
+            run_s = time.perf_counter() - t0
+            if "__error__" in out:
+                return MeasureResult(**base, error=ErrorClass.RUNTIME_ERROR, message=_text(out["__error__"]),
+                                     run_s=run_s)
+            seconds = out.pop("__seconds__").reshape(repeat, number).mean(axis=1)
+            counters = json.loads(_text(out.pop("__counters__")) or "{}")
+            if options.check:
+                expected = template.reference(inputs)
+                correct, verdict = check_output(out.get("out", np.zeros(0)), expected, exact=True)
+                if not correct:
+                    return MeasureResult(**base, error=ErrorClass.WRONG_ANSWER, run_s=run_s,
+                                         message=f"output differs from the reference on board {board}: {verdict}")
+            features = {**base.pop("features"), **{f"sim.{k}": float(v) for k, v in counters.items()}}
+            return MeasureResult(**base, features=features, costs=[float(s) for s in seconds if math.isfinite(s)],
+                                 run_s=run_s)
+        raise BoardLostError(f"config {config.index} lost its board {self.max_lost + 1} times (key {self.key!r}); "
+                             "check `edgetune board status`")

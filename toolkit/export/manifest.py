@@ -1,0 +1,118 @@
+"""The export manifest (``manifest.json``): what an export folder holds, each file's sha256, and the
+checks applied when reading it back."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import ExportError
+from toolkit.tuning.journal import tvm_version
+from toolkit.version import __version__
+from toolkit.workloads import Conv2dWorkload
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+LOG_FILE = "tuning-log.jsonl"
+README = "README.md"
+KERNEL_DIR = "kernels"
+
+
+# ---- manifest -----------------------------------------------------------------------------------
+@dataclass
+class KernelEntry:
+    """One exported workload: its best record, its files (role -> path in the folder) and signature."""
+
+    label: str
+    workload: dict[str, Any]
+    config: dict[str, Any]
+    index: int | None
+    latency_s: float
+    tuner: str
+    template: dict[str, Any]
+    files: dict[str, str]
+    signature: dict[str, Any]
+
+    @property
+    def conv2d(self) -> Conv2dWorkload:
+        return Conv2dWorkload.from_dict(self.workload)
+
+
+KERNEL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "label": str, "workload": dict, "config": dict, "index": (int, type(None)), "latency_s": (int, float),
+    "tuner": str, "template": dict, "files": dict, "signature": dict}
+MANIFEST_KEYS: dict[str, type | tuple[type, ...]] = {
+    "schema": int, "kind": str, "board": str, "board_type": str, "family": str, "arch": str, "target": dict,
+    "hardware": (dict, type(None)), "bitstream": (str, type(None)), "edgetune": str, "tvm": str,
+    "created": str, "log": dict, "tuned_on": dict, "kernels": list, "files": dict}
+"""Required keys of ``manifest.json`` and of each of its ``kernels``, with their JSON types."""
+
+
+@dataclass
+class ExportManifest:
+    """The content of ``manifest.json``. ``files`` maps every other file to its sha256."""
+
+    kind: str                      # "tvm-library" | "vta-program"
+    board: str                     # board (or board type) the export was made for
+    board_type: str
+    family: str
+    arch: str
+    target: dict[str, Any]
+    hardware: dict[str, Any] | None
+    bitstream: str | None
+    log: dict[str, str]            # {"file", "sha256", "source"}
+    tuned_on: dict[str, Any]       # {"board", "board_type", "target"} of the log
+    kernels: list[KernelEntry]
+    files: dict[str, str] = field(default_factory=dict)
+    edgetune: str = __version__
+    tvm: str = field(default_factory=tvm_version)
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    schema: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {"schema": d.pop("schema"), **d}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ExportManifest:
+        """Validate and parse; :class:`ExportError` naming the first bad key."""
+        if not isinstance(obj, dict):
+            raise ExportError(f"{where}: not a JSON object; re-export the folder")
+        _check_keys(obj, MANIFEST_KEYS, where)
+        if obj["schema"] != SCHEMA_VERSION:
+            raise ExportError(f"{where}: export schema {obj['schema']} is not supported (this edgetune reads "
+                              f"{SCHEMA_VERSION}); re-export with this edgetune")
+        kernels = []
+        for k, kern in enumerate(obj["kernels"]):
+            if not isinstance(kern, dict):
+                raise ExportError(f"{where}: kernels[{k}] is not an object; re-export the folder")
+            _check_keys(kern, KERNEL_KEYS, f"{where}: kernels[{k}]")
+            kernels.append(KernelEntry(**{key: kern[key] for key in KERNEL_KEYS}))
+        if not kernels:
+            raise ExportError(f"{where}: the export holds no kernel; re-export the folder")
+        fields_ = {k: obj[k] for k in MANIFEST_KEYS if k != "kernels"}
+        return cls(kernels=kernels, **fields_)
+
+
+def _check_keys(obj: dict, keys: dict[str, Any], where: str) -> None:
+    for key, typ in keys.items():
+        if key not in obj:
+            raise ExportError(f"{where}: missing key {key!r}; re-export the folder")
+        if not isinstance(obj[key], typ) or isinstance(obj[key], bool) and typ is not bool:
+            raise ExportError(f"{where}: key {key!r} has type {type(obj[key]).__name__}; re-export the folder")
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+

@@ -1,0 +1,196 @@
+"""Writing an export: the best valid record per workload of a log, rebuilt by its backend into a folder.
+
+CPU/GPU boards get one TVM shared library per workload (``kernels/<label>.so``), VTA boards a program
+file per workload with its raw images and parameters; every folder has ``manifest.json``
+(:class:`~toolkit.export.manifest.ExportManifest`), the tuning log (``tuning-log.jsonl``) and a README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolkit.backends import backend_for
+from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
+from toolkit.errors import BoardError, EdgetuneError, LogError
+from toolkit.export.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
+                                     KernelEntry, sha256_file)
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import Template
+from toolkit.tuning.journal import Record, best_per_workload, read_log
+from toolkit.workloads import Conv2dWorkload, parse_workload
+
+
+def _log_board(task: dict[str, Any]) -> tuple[str, str, Any]:
+    """(board, board type, target) of a log header's task (one task, or a network's tasks)."""
+    first = task.get("tasks", [task])[0] if task.get("tasks") else task
+    board = str(task.get("board") or first.get("board") or "")
+    board_type = first.get("board_type")
+    if not board_type:
+        try:
+            board_type = resolve_board(board).profile.name
+        except BoardError:
+            raise LogError(f"the log header names board {board!r} but no board type; pass --board TYPE") from None
+    return board, str(board_type), first.get("target")
+
+
+def _target_profile(board: str | Board | BoardProfile, inventory: Inventory | None) -> tuple[str, BoardProfile]:
+    """(name, profile) of the board (name or board type) an export is made for."""
+    if isinstance(board, BoardProfile):
+        return board.name, board
+    if isinstance(board, Board):
+        return board.name, board.profile
+    try:
+        b = resolve_board(board, inventory)
+        return b.name, b.profile
+    except BoardError as exc:
+        try:
+            return board, load_profile(board)
+        except BoardError:
+            raise BoardError(f"{exc}; or give a board type") from None
+
+
+def _tuned_profile(board_type: str, task: dict[str, Any], log: Path) -> BoardProfile:
+    """The profile a log was tuned with: its board type, with the hardware its header records."""
+    profile = load_profile(board_type)
+    first = task.get("tasks", [task])[0] if task.get("tasks") else task
+    return backend_for(profile).tuned_profile(profile, first.get("hw"), log)
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
+
+
+def _select(records: list[Record], workloads: Sequence[str | Conv2dWorkload] | None, log: Path) -> list[Record]:
+    """Best valid record per workload (in first-seen order), optionally only ``workloads``."""
+    if not records:
+        raise ExportError(f"tuning log {log} has no records (only its header); tune first, then export")
+    best = best_per_workload(records)
+    if not best:
+        errors: dict[str, int] = {}
+        for r in records:
+            errors[r.error or "no_cost"] = errors.get(r.error or "no_cost", 0) + 1
+        why = ", ".join(f"{n} {e}" for e, n in sorted(errors.items()))
+        raise ExportError(f"tuning log {log} has no valid record ({len(records)} trials, all failed: {why}); "
+                          "nothing to export: tune longer or fix the board")
+    if not workloads:
+        return list(best.values())
+    picked = []
+    for spec in workloads:
+        wl = spec if isinstance(spec, Conv2dWorkload) else parse_workload(spec)
+        hit = next((r for r in best.values() if Conv2dWorkload.from_dict(r.workload) == wl), None)
+        if hit is None:
+            known = ", ".join(Conv2dWorkload.from_dict(r.workload).label for r in best.values())
+            raise ExportError(f"tuning log {log} has no valid record of workload {wl.label}; it has: {known}")
+        picked.append(hit)
+    return picked
+
+
+def _template(backend: Any, record: Record, profile: BoardProfile) -> Template:
+    options = {k: v for k, v in (record.template or {}).items() if k != "template"}
+    return backend.template(Conv2dWorkload.from_dict(record.workload), profile, **options)
+
+
+def record_config(template: Template, record: Record, log: Path) -> Config:
+    """The record's config as a point of ``template``'s space (its values must match the index)."""
+    space = template.space()
+    try:
+        index = record.index if record.index is not None else space.index_of(record.config)
+        config = space.get(index)
+    except (EdgetuneError, IndexError, ValueError) as exc:
+        raise ExportError(f"{log}: the best config of {template.workload.label} is not in the "
+                          f"{template.name} space ({exc}); was it tuned with another edgetune version?") from None
+    if json.dumps(config.values, sort_keys=True) != json.dumps(record.config, sort_keys=True):
+        raise ExportError(f"{log}: config #{index} of {template.workload.label} differs from the template's; "
+                          "the log comes from another edgetune version: tune again")
+    return Config(index, config.values)
+
+
+def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfile | None = None,
+           workloads: Sequence[str | Conv2dWorkload] | None = None, *, inventory: Inventory | None = None,
+           force: bool = False, progress: Callable[[str], None] | None = None) -> ExportManifest:
+    """Export the best valid record per workload of ``log`` into ``out_dir``.
+
+    ``board``: the board (registered name, ``local``/``vta-fsim``) or board type to build for;
+    default: the log's board type. It must be of the log's family (and, for VTA, of its hardware
+    config). ``workloads`` keeps only those. ``out_dir`` must be empty or absent (``force``
+    replaces an earlier export there). ``progress(label)`` is called before each build.
+    """
+    log = Path(log)
+    header, records = read_log(log)
+    tuned_board, tuned_type, tuned_target = _log_board(header.task)
+    tuned_profile = _tuned_profile(tuned_type, header.task, log)
+    name, profile = (tuned_type, tuned_profile) if board is None else _target_profile(board, inventory)
+    backend = backend_for(profile)
+    if backend is not backend_for(tuned_profile):
+        raise ExportError(f"{log} was tuned on a {tuned_profile.family} board ({tuned_type}); it cannot be exported "
+                          f"for {name} ({profile.family}): export for a {tuned_profile.family} board")
+    backend.check_export_target(profile, tuned_profile, name, log)
+    hardware = backend.hardware(profile)
+    picked = _select(records, workloads, log)
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (force and (out_dir / MANIFEST).is_file()):
+        raise ExportError(f"export folder {out_dir} is not empty; choose a new --out folder"
+                          + (" (--force replaces only an earlier export)" if force else " or pass --force"))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        kernels = []
+        (stage / KERNEL_DIR).mkdir()
+        for rec in picked:
+            template = _template(backend, rec, profile)
+            if progress is not None:
+                progress(template.workload.label)
+            traced = backend.record_template(template, rec.config)   # e.g. a MetaSchedule trace
+            template, config = ((traced, Config(-1, rec.config)) if traced is not None
+                                else (template, record_config(template, rec, log)))
+            files, signature = backend.write_kernel(template, config, stage, f"{KERNEL_DIR}/{_slug(template.workload.label)}")
+            kernels.append(KernelEntry(label=template.workload.label, workload=rec.workload, config=config.values,
+                                       index=config.index if config.index >= 0 else None, latency_s=rec.seconds,
+                                       tuner=rec.tuner,
+                                       template=template.describe(), files=files, signature=signature))
+        shutil.copyfile(log, stage / LOG_FILE)
+        manifest = ExportManifest(
+            kind=backend.export_kind, board=name, board_type=profile.name,
+            family=profile.family, arch=profile.arch, target=_plain_target(profile), hardware=hardware,
+            bitstream=profile.vta.get("bitstream") if profile.vta else None,
+            log={"file": LOG_FILE, "sha256": sha256_file(log), "source": str(log)},
+            tuned_on={"board": tuned_board, "board_type": tuned_type, "target": tuned_target}, kernels=kernels)
+        (stage / README).write_text(readme(manifest))
+        manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*")) if p.is_file()}
+        (stage / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _plain_target(profile: BoardProfile) -> dict[str, Any]:
+    return json.loads(json.dumps(profile.target))
+
+
+
+# ---- README -------------------------------------------------------------------------------------
+def readme(m: ExportManifest) -> str:
+    """The folder's README: what is in it and how to load and call it."""
+    backend = backend_for(m.family)
+    rows = "\n".join(f"| {k.label} | `{', '.join(k.files.values())}` | {k.latency_s * 1e3:.4f} ms |"
+                     for k in m.kernels)
+    head = (f"# edgetune export: {len(m.kernels)} conv2d kernel(s) for {m.board} ({m.board_type}, {m.arch})\n\n"
+            f"Tuned on {m.tuned_on['board']} ({m.tuned_on['board_type']}); edgetune {m.edgetune}, TVM {m.tvm}. "
+            f"`manifest.json` lists every file with its sha256; `{LOG_FILE}` is the tuning log it came from.\n\n"
+            f"| workload | files | tuned latency |\n|---|---|---|\n{rows}\n\n"
+            f"Run and check it: `edgetune run {{this folder}} --board BOARD` (a {m.board_type} board"
+            f"{backend.readme_run_also}).\n\n")
+    return head + backend.readme_usage(m)
+

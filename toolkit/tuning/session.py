@@ -1,0 +1,243 @@
+"""The tuning loop: ask the tuner, build, measure, journal, tell the tuner.
+
+>>> from toolkit.boards import resolve_board
+>>> from toolkit.backends import make_task
+>>> from toolkit.tuning.tuners import make_tuner
+>>> from toolkit.workloads import parse_workload
+>>> task = make_task(parse_workload("resnet18.C11"), resolve_board("vta-fsim"))  # doctest: +SKIP
+>>> tune(task, make_tuner("random", seed=0), 16).trials  # doctest: +SKIP
+16
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from toolkit.errors import BoardError, LogError
+from toolkit.tuning.core.builder import Builder
+from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.journal import Record, open_journal
+from toolkit.tuning.core.runner import BoardLostError, MeasureOptions, Runner
+from toolkit.tuning.core.task import Task
+from toolkit.tuning.core.template import Artifact
+from toolkit.tuning.tuners.base import Tuner, TuningContext
+
+MAX_BOARD_RETRIES = 3
+"""How often a batch is re-measured after the board was lost before the run stops."""
+
+
+@dataclass
+class TuneSummary:
+    """Outcome of :func:`tune` (also what ``edgetune tune --json`` prints).
+
+    ``trials`` and ``invalid`` include trials restored from the log on resume
+    (``resumed``); ``history[i]`` is the best seconds after trial ``i`` (``inf`` until a
+    valid one); ``stopped`` is ``"budget"``, ``"early_stopping"`` or ``"exhausted"``.
+    """
+
+    workload: str
+    board: str
+    tuner: str
+    flops: int
+    best_index: int | None = None
+    best_config: dict[str, Any] | None = None
+    best_seconds: float = math.inf
+    trials: int = 0
+    invalid: int = 0
+    resumed: int = 0
+    wall_s: float = 0.0
+    tuner_s: float = 0.0
+    history: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    stopped: str = "budget"
+    log: str | None = None
+    best_trial: int = -1
+
+    @property
+    def best_gops(self) -> float:
+        """Throughput of the best config, 1e9 operations per second (0 if none was valid)."""
+        return self.flops / self.best_seconds / 1e9 if math.isfinite(self.best_seconds) else 0.0
+
+    @property
+    def valid(self) -> int:
+        return self.trials - self.invalid
+
+    def add(self, result: MeasureResult) -> None:
+        """Count one finished trial."""
+        if result.valid:
+            if result.seconds < self.best_seconds:
+                self.best_seconds, self.best_index = result.seconds, result.index
+                self.best_config, self.best_trial = result.config, self.trials
+        else:
+            self.invalid += 1
+            key = result.error.value if result.error else "no_cost"
+            self.errors[key] = self.errors.get(key, 0) + 1
+        self.trials += 1
+        self.history.append(self.best_seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["best_gops"] = self.best_gops
+        d["best_seconds"] = self.best_seconds if math.isfinite(self.best_seconds) else None
+        d["history"] = [s if math.isfinite(s) else None for s in self.history]
+        return d
+
+
+Callback = Callable[[TuneSummary, Sequence[MeasureResult]], None]
+
+
+def default_log_path(task: Task, root: str | Path = "edgetune-logs") -> Path:
+    """``edgetune-logs/<board>/<workload label>.jsonl`` (the spec when the workload has no name)."""
+    label = task.workload.name or task.workload.spec().replace(":", "_").replace(",", "_").replace("=", "")
+    return Path(root) / task.board.name / f"{label}.jsonl"
+
+
+def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = None, resume: bool = False,
+         early_stopping: int | None = None, builder: Builder | None = None, runner: Runner | None = None,
+         measure_options: MeasureOptions | None = None, callback: Callback | None = None,
+         batch_size: int | None = None) -> TuneSummary:
+    """Tune ``task`` for ``n_trials`` trials in all (a resumed log's trials count towards them).
+
+    Every config sent to build+measure is a trial; every failure is an invalid trial; a lost
+    board is re-measured, never recorded. With ``log``, each trial is appended durably; with
+    ``resume`` the log's trials are restored (header must match the task, else
+    :class:`LogError`) and never measured again. ``early_stopping=K`` stops when the best has
+    not improved for ``K`` trials (AutoTVM). Builder and runner default to the board's;
+    a *driver* tuner (``drives_itself``, e.g. ``metaschedule``) gets the whole run through its
+    ``drive(task, n_trials, log=, resume=, runner=, measure_options=, callback=)`` instead;
+    ``measure_options`` defaults to timing only (no output check, as AutoTVM); pass
+    ``MeasureOptions(check=True)`` to compare every output with the reference.
+    """
+    if n_trials < 0:
+        raise LogError(f"the number of trials must be >= 0, got {n_trials}")
+    if getattr(tuner, "drives_itself", False):   # a driver (metaschedule) runs its own search loop
+        return tuner.drive(task, n_trials, log=log, resume=resume, runner=runner,  # type: ignore[attr-defined]
+                           measure_options=measure_options, callback=callback)
+    t_start = time.perf_counter()
+    space = task.space
+    own_builder = builder is None
+    builder = builder or task.backend.default_builder(task.board)
+    own_runner = runner is None
+    runner = runner or task.backend.make_runner(task.board)
+    options = measure_options or MeasureOptions(check=False)
+    batch = batch_size or default_batch_size(builder)
+    desc = task.describe()
+    summary = TuneSummary(workload=task.workload.label, board=task.board.name, tuner=tuner.name or type(tuner).__name__,
+                          flops=task.flops, log=str(log) if log else None)
+
+    journal, earlier = open_journal(log, desc, resume=resume)
+    try:
+        def compile_features(indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
+            return builder.features(task.template, [space.get(i) for i in indices])
+
+        ctx = TuningContext(space=space, compile_features=compile_features, n_parallel=max(1, builder.n_parallel),
+                            extra={"flops": float(task.flops), "task": desc})
+        t0 = time.perf_counter()
+        tuner.setup(ctx)
+        measured: set[int] = set()
+        stale = 0
+        if earlier:
+            history = [r.to_result() for r in earlier if r.index is not None]
+            for r in history:
+                summary.add(r)
+                measured.add(r.index)
+            summary.resumed = len(history)
+            tuner.load_history(history)
+        summary.tuner_s += time.perf_counter() - t0
+
+        while summary.trials < n_trials:
+            if early_stopping is not None and summary.trials >= summary.best_trial + 1 + early_stopping:
+                summary.stopped = "early_stopping"
+                break
+            t0 = time.perf_counter()
+            proposed = tuner.propose(min(batch, n_trials - summary.trials))
+            summary.tuner_s += time.perf_counter() - t0
+            indices = [int(i) for i in dict.fromkeys(proposed) if int(i) not in measured]
+            if not proposed:
+                summary.stopped = "exhausted"
+                break
+            if not indices:     # a tuner re-proposing measured configs: give it a few chances
+                stale += 1
+                if stale > 10:
+                    summary.stopped = "exhausted"
+                    break
+                continue
+            stale = 0
+            if options.hopeless_factor > 0:
+                options = dataclasses.replace(options, best_s=summary.best_seconds)
+            results = _measure(task, builder, runner, options, indices)
+            for r in results:
+                if journal is not None:
+                    journal.append(Record.from_result(r, trial=summary.trials, tuner=summary.tuner, task=desc))
+                measured.add(r.index)
+                summary.add(r)
+            t0 = time.perf_counter()
+            tuner.update(results)
+            summary.tuner_s += time.perf_counter() - t0
+            if callback is not None:
+                callback(summary, results)
+    finally:
+        if journal is not None:
+            journal.close()
+        if own_runner:
+            runner.close()
+        if own_builder:
+            builder.close()
+        summary.wall_s = time.perf_counter() - t_start
+    return summary
+
+
+def measure_indices(task: Task, indices: Sequence[int], options: MeasureOptions | None = None) -> list[MeasureResult]:
+    """Build and measure ``indices`` once with the board's own builder and runner, as a trial would
+    (nothing is logged); results in order."""
+    builder, runner = task.backend.default_builder(task.board), task.backend.make_runner(task.board)
+    try:
+        return _measure(task, builder, runner, options or MeasureOptions(check=False), list(indices))
+    finally:
+        runner.close()
+        builder.close()
+
+
+def default_batch_size(builder: Builder) -> int:
+    """Configs per ask/build/measure round: 8 in-process, else 4 per build worker.
+
+    Parallel builds hand each worker a new config as soon as it is free, so a round of several
+    configs per worker keeps them busy past one slow compile; builds never overlap measurements.
+    """
+    return 8 if builder.n_parallel <= 1 else 4 * builder.n_parallel
+
+
+def _measure(task: Task, builder: Builder, runner: Runner, options: MeasureOptions,
+             indices: list[int]) -> list[MeasureResult]:
+    """Build and run ``indices``; results in order; lost-board results are re-run."""
+    configs = [task.space.get(i) for i in indices]
+    built = builder.build(task.template, configs)
+    results: dict[int, MeasureResult] = {o.index: o for o in built if isinstance(o, MeasureResult)}
+    todo = [(c, o) for c, o in zip(configs, built) if isinstance(o, Artifact)]
+    for attempt in range(MAX_BOARD_RETRIES + 1):
+        if not todo:
+            break
+        try:
+            measured = runner.run(task.template, todo, options)
+        except BoardLostError:
+            measured = []
+        lost = []
+        for (c, art), r in zip(todo, measured):
+            if r.error == ErrorClass.BOARD_LOST:
+                lost.append((c, art))
+                continue
+            r.features = {**art.features, **r.features}
+            r.build_s = r.build_s or art.build_s
+            r.config = c.values
+            results[c.index] = r
+        lost += todo[len(measured):]
+        todo = lost
+    if todo:
+        raise BoardError(f"board {task.board.name!r} was lost {MAX_BOARD_RETRIES + 1} times in a row; every "
+                         "finished trial is in the log; check the board and rerun with --resume")
+    return [results[i] for i in indices]

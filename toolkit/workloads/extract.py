@@ -1,0 +1,336 @@
+"""Conv2d workloads of a PyTorch model, found by tracing its graph.
+
+A model is a ``torch.export`` archive (``.pt2``), a TorchScript file (anything else on disk,
+converted with torch's ``TS2EPConverter``), an importable ``module:factory`` (``pkg.mod:make``
+or ``path/to/file.py:make``; the factory returns an ``nn.Module`` and is exported with
+``torch.export``), or an ``nn.Module``. The graph is run once through
+``torch.fx.passes.shape_prop.ShapeProp`` on fake tensors (shapes only, no arithmetic) of the
+given input shape; every
+``aten.conv2d``/``aten.convolution`` node becomes a :class:`~toolkit.workloads.networks.ConvLayer`
+(identical shapes merged, with the module paths that use them). Grouped, dilated and
+transposed convs are reported with the reason they are not workloads.
+
+Requantisation (``--scales``): VTA requantises an int32 accumulator with an arithmetic right
+shift, so a layer with input scale ``s_in``, weight scale ``s_w`` and output scale ``s_out``
+gets ``shift = round(-log2(s_in * s_w / s_out))``; the multiplier actually applied is
+``2**-shift`` and :class:`Requant` reports its relative error (0 when the scales are powers
+of two, as TVM's VTA quantisation makes them).
+
+>>> import torch
+>>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1))
+>>> ex = extract(model, (1, 3, 16, 16), name="tiny")
+>>> [(layer.workload.spec(), layer.count) for layer in ex.network.layers][1]
+('conv2d:N=1,H=16,W=16,CI=8,CO=8,K=3,S=1,P=1', 1)
+>>> requant_shift(0.5, 0.25, 4.0).shift
+5
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import WorkloadError
+from toolkit.workloads.networks import ConvLayer, Network, merge_layers
+from toolkit.workloads import Conv2dWorkload
+
+
+@dataclass(frozen=True)
+class Requant:
+    """A layer's requantisation: scales in, the shift out, and how far ``2**-shift`` is from the exact multiplier."""
+
+    s_in: float
+    s_w: float
+    s_out: float
+    shift: int
+    rel_error: float
+
+    def to_dict(self) -> dict:
+        """JSON-able form."""
+        return {"s_in": self.s_in, "s_w": self.s_w, "s_out": self.s_out, "shift": self.shift,
+                "rel_error": self.rel_error}
+
+
+@dataclass
+class Extraction:
+    """What :func:`extract` found: the conv layers as a network, and convs that are not 2-D workloads."""
+
+    network: Network
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # (module, reason)
+
+    def to_dict(self) -> dict:
+        """JSON-able form."""
+        return self.network.to_dict() | {"skipped": [{"module": m, "reason": r} for m, r in self.skipped]}
+
+
+def parse_input_shape(text: str) -> tuple[int, int, int, int]:
+    """``"1,3,224,224"`` -> ``(1, 3, 224, 224)``; :class:`WorkloadError` unless four positive integers."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise WorkloadError(f"input shape {text!r} must be four positive integers N,C,H,W, e.g. 1,3,224,224")
+    n, c, h, w = (int(p) for p in parts)
+    return n, c, h, w
+
+
+def requant_shift(s_in: float, s_w: float, s_out: float) -> Requant:
+    """The right shift that best approximates ``s_in * s_w / s_out`` (see the module docstring)."""
+    if min(s_in, s_w, s_out) <= 0 or not all(map(math.isfinite, (s_in, s_w, s_out))):
+        raise WorkloadError(f"scales must be positive finite numbers, got in={s_in}, w={s_w}, out={s_out}")
+    multiplier = s_in * s_w / s_out
+    shift = round(-math.log2(multiplier))
+    if not -31 <= shift <= 31:
+        raise WorkloadError(
+            f"scales in={s_in}, w={s_w}, out={s_out} need a shift of {shift}: an int32 accumulator allows "
+            "-31..31; check that the scales are per-tensor step sizes"
+        )
+    return Requant(s_in, s_w, s_out, shift, 2.0 ** -shift / multiplier - 1.0)
+
+
+def parse_scales(text: str) -> dict[str, tuple[float, float, float]]:
+    """``--scales``: ``S_IN,S_W,S_OUT`` for every layer, or a JSON file ``{"module": [s_in, s_w, s_out]}``.
+
+    The key ``"*"`` in the file gives the scales of every module not named.
+    """
+    path = Path(text)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise WorkloadError(f"cannot read scales file {text}: {exc}") from None
+        if not isinstance(raw, dict):
+            raise WorkloadError(f"scales file {text} must map module names (or \"*\") to [s_in, s_w, s_out]")
+        return {k: _triple(v, f"{text}[{k}]") for k, v in raw.items()}
+    return {"*": _triple(text.split(","), "--scales")}
+
+
+def _triple(value: Any, where: str) -> tuple[float, float, float]:
+    try:
+        s_in, s_w, s_out = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{where} must be three numbers s_in,s_w,s_out, got {value!r}") from None
+    return s_in, s_w, s_out
+
+
+def requant_shifts(network: Network, scales: dict[str, tuple[float, float, float]]) -> dict[str, Requant]:
+    """Each module's :class:`Requant`, from per-module scales or the ``"*"`` default."""
+    out: dict[str, Requant] = {}
+    for layer in network.layers:
+        for module in layer.modules:
+            triple = scales.get(module, scales.get("*"))
+            if triple is not None:
+                out[module] = requant_shift(*triple)
+    missing = set(scales) - {"*"} - {m for layer in network.layers for m in layer.modules}
+    if missing:
+        raise WorkloadError(f"scales name unknown module(s) {sorted(missing)}; the conv modules are {sorted(out)}")
+    return out
+
+
+def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | None = None) -> Extraction:
+    """Trace ``model`` (a path, ``module:factory`` or ``nn.Module``) and collect its conv layers."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    device = next(model.parameters(), torch.zeros(0)).device if isinstance(model, torch.nn.Module) else "cpu"
+    example = torch.zeros(input_shape, device=device)   # a module built on "meta" needs no weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)   # torch-internal deprecations, not the user's
+        gm, label = _graph_module(model, example)
+        try:
+            with torch.no_grad():
+                ShapeProp(gm, fake_mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(example)
+        except Exception as exc:  # noqa: BLE001 - any failure of the model on this input is the user's to fix
+            raise WorkloadError(
+                f"model {label} does not run on input shape {','.join(map(str, input_shape))}: "
+                f"{_first_line(exc)}; pass the --input-shape it was exported for"
+            ) from None
+    layers: list[ConvLayer] = []
+    skipped: list[tuple[str, str]] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not _is_conv(node.target):
+            continue
+        module = _module_of(node)
+        conv = _conv_args(node)
+        x_shape = tuple(node.args[0].meta["tensor_meta"].shape)
+        w_shape = tuple(node.args[1].meta["tensor_meta"].shape)
+        if len(x_shape) != 4:
+            skipped.append((module, f"{len(x_shape) - 2}-D conv: only 2-D convs are workloads"))
+            continue
+        if conv["transposed"]:
+            skipped.append((module, "transposed conv: not a conv2d workload"))
+            continue
+        kh, kw = w_shape[2], w_shape[3]
+        pad = _padding(conv["padding"], conv["dilation"], (kh, kw), conv["stride"])
+        if pad is None:
+            skipped.append((module, f"asymmetric padding {conv['padding']!r}: not a conv2d workload"))
+            continue
+        n, ci, h, w = x_shape
+        workload = Conv2dWorkload(n, h, w, ci, w_shape[0], kh, kw, *conv["stride"], *pad)
+        layers.append(ConvLayer(workload, 1, conv["groups"], tuple(conv["dilation"]), (module,)))
+    if not layers and not skipped:
+        raise WorkloadError(f"model {label} has no conv layers")
+    net_name = name or label
+    return Extraction(Network(net_name, input_shape, merge_layers(layers, prefix=net_name), label), skipped)
+
+
+def _graph_module(model: Any, example: Any) -> tuple[Any, str]:
+    """(fx GraphModule, label) for a path, ``module:factory`` or module."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return _export(model, example, type(model).__name__), type(model).__name__
+    text = str(model)
+    path = Path(text)
+    if path.suffix == ".pt2":
+        if not path.is_file():
+            raise WorkloadError(f"model file {text} does not exist")
+        try:
+            return torch.export.load(str(path)).module(), path.stem
+        except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad archive
+            raise WorkloadError(f"{text} is not a torch.export archive: {_first_line(exc)}") from None
+    if path.is_file():
+        return _torchscript(path, example), path.stem
+    if ":" in text:
+        mod_name, _, attr = text.rpartition(":")
+        return _export(_factory(mod_name, attr), example, attr), attr
+    raise WorkloadError(
+        f"model {text!r} is neither a file nor module:factory; give a .pt2 (torch.export.save), "
+        "a TorchScript file (torch.jit.save) or e.g. mypkg.models:make_net"
+    )
+
+
+def _export(module: Any, example: Any, label: str) -> Any:
+    import torch
+
+    module.eval()
+    try:
+        return torch.export.export(module, (example,), strict=False).module()
+    except Exception as exc:  # noqa: BLE001 - torch.export raises many types
+        raise WorkloadError(f"torch.export cannot trace {label}: {_first_line(exc)}") from None
+
+
+def _torchscript(path: Path, example: Any) -> Any:
+    import torch
+    from torch._export.converter import TS2EPConverter
+
+    try:
+        script = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(
+            f"{path} is not a TorchScript file ({_first_line(exc)}); .pt2 files must end in .pt2"
+        ) from None
+    try:
+        return TS2EPConverter(script, (example,)).convert().module()
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(f"cannot convert TorchScript {path} to a graph: {_first_line(exc)}") from None
+
+
+def _factory(mod_name: str, attr: str) -> Any:
+    import torch
+
+    try:
+        if mod_name.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
+            if spec is None or spec.loader is None or not Path(mod_name).is_file():
+                raise ImportError(f"no file {mod_name}")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        else:
+            sys.path.insert(0, str(Path.cwd()))
+            try:
+                mod = importlib.import_module(mod_name)
+            finally:
+                sys.path.remove(str(Path.cwd()))
+    except Exception as exc:  # noqa: BLE001 - user code may raise anything on import
+        raise WorkloadError(f"cannot import {mod_name}: {_first_line(exc)}") from None
+    obj = getattr(mod, attr, None)
+    if obj is None:
+        raise WorkloadError(f"{mod_name} has no attribute {attr!r}")
+    if not isinstance(obj, torch.nn.Module):
+        try:
+            obj = obj()
+        except Exception as exc:  # noqa: BLE001
+            raise WorkloadError(f"{mod_name}:{attr}() failed: {_first_line(exc)}") from None
+    if not isinstance(obj, torch.nn.Module):
+        raise WorkloadError(f"{mod_name}:{attr} must be an nn.Module or return one, got {type(obj).__name__}")
+    return obj
+
+
+def _is_conv(target: Any) -> bool:
+    name = str(target)
+    return name.startswith(("aten.conv2d.", "aten.convolution.", "aten._convolution.", "aten.conv1d.",
+                            "aten.conv3d.", "aten.conv_transpose"))
+
+
+def _conv_args(node: Any) -> dict[str, Any]:
+    """stride, padding, dilation, groups and transposed of a conv node, defaults filled in."""
+    name = str(node.target)
+    args = list(node.args) + [None] * 12
+    kw = node.kwargs
+    if name.startswith(("aten.convolution.", "aten._convolution.")):
+        out = {"stride": args[3], "padding": args[4], "dilation": args[5], "transposed": bool(args[6]),
+               "groups": args[8]}
+    elif name.startswith("aten.conv_transpose"):
+        out = {"stride": args[3], "padding": args[4], "dilation": args[7], "transposed": True, "groups": args[6]}
+    else:
+        out = {"stride": args[3], "padding": args[4], "dilation": args[5], "transposed": False, "groups": args[6]}
+    for key in ("stride", "padding", "dilation", "groups"):
+        if key in kw:
+            out[key] = kw[key]
+    defaults = {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1}
+    for key, default in defaults.items():
+        if out[key] is None:
+            out[key] = default
+    for key in ("stride", "dilation"):
+        out[key] = _pair(out[key])
+    if not isinstance(out["padding"], str):
+        out["padding"] = _pair(out["padding"])
+    return out
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+def _padding(padding: Any, dilation: tuple[int, int], kernel: tuple[int, int],
+             stride: tuple[int, int]) -> tuple[int, int] | None:
+    """Symmetric (ph, pw), or ``None`` when ``padding="same"`` needs an asymmetric pad."""
+    if padding == "valid":
+        return 0, 0
+    if padding == "same":
+        totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        return None if any(t % 2 for t in totals) else (totals[0] // 2, totals[1] // 2)
+    return tuple(padding)  # type: ignore[return-value]
+
+
+def _module_of(node: Any) -> str:
+    """The module path of a conv node: its weight's owner (``layer1.0.conv1``), else the node name."""
+    weight = node.args[1]
+    if getattr(weight, "op", None) == "get_attr" and "." in str(weight.target):
+        return str(weight.target).rsplit(".", 1)[0]
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        return list(stack.values())[-1][0] or node.name
+    return node.name
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def load_network(model: str, input_shape: tuple[int, int, int, int] | None = None) -> Network:
+    """A built-in network by name, else the network extracted from the PyTorch model ``model``."""
+    from toolkit.workloads.networks import NETWORKS, get_network
+
+    if model.strip().lower().replace("-", "_") in NETWORKS:
+        return get_network(model)
+    return extract(model, input_shape or (1, 3, 224, 224)).network

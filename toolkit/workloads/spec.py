@@ -1,0 +1,141 @@
+"""Conv2d workloads and the ``conv2d:`` spec grammar.
+
+A workload is a batch-N 2-D convolution, NCHW input, OIHW weights, no groups, no dilation.
+
+>>> w = parse_spec("conv2d:H=56,W=56,CI=64,CO=64,K=3,S=1,P=1")
+>>> (w.oh, w.ow, w.macs)
+(56, 56, 115605504)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from toolkit.errors import WorkloadError
+
+
+@dataclass(frozen=True)
+class Conv2dWorkload:
+    """Shape of one conv2d layer. ``name`` is informational and ignored by ``==``."""
+
+    n: int
+    h: int
+    w: int
+    ci: int
+    co: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    ph: int = 0
+    pw: int = 0
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for key in ("n", "h", "w", "ci", "co", "kh", "kw", "sh", "sw"):
+            if getattr(self, key) < 1:
+                raise WorkloadError(f"workload field {key.upper()} must be >= 1, got {getattr(self, key)}")
+        for key in ("ph", "pw"):
+            if getattr(self, key) < 0:
+                raise WorkloadError(f"workload field {key.upper()} must be >= 0, got {getattr(self, key)}")
+        if self.oh < 1 or self.ow < 1:
+            raise WorkloadError(
+                f"workload {self.spec()} has an empty output ({self.oh}x{self.ow}): "
+                "the kernel is larger than the padded input"
+            )
+
+    @property
+    def oh(self) -> int:
+        """Output height."""
+        return (self.h + 2 * self.ph - self.kh) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        """Output width."""
+        return (self.w + 2 * self.pw - self.kw) // self.sw + 1
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of one run."""
+        return self.n * self.co * self.oh * self.ow * self.ci * self.kh * self.kw
+
+    @property
+    def flops(self) -> int:
+        """Operations of one run (2 per MAC), as TVM counts them."""
+        return 2 * self.macs
+
+    def spec(self) -> str:
+        """The canonical spec string; ``parse_workload(w.spec()) == w``."""
+        k = f"K={self.kh}" if self.kh == self.kw else f"KH={self.kh},KW={self.kw}"
+        s = f"S={self.sh}" if self.sh == self.sw else f"SH={self.sh},SW={self.sw}"
+        p = f"P={self.ph}" if self.ph == self.pw else f"PH={self.ph},PW={self.pw}"
+        return f"conv2d:N={self.n},H={self.h},W={self.w},CI={self.ci},CO={self.co},{k},{s},{p}"
+
+    @property
+    def label(self) -> str:
+        """The name if it has one, else the spec."""
+        return self.name or self.spec()
+
+    def to_dict(self) -> dict:
+        """A JSON-able dict (the form stored in records)."""
+        return {
+            "n": self.n, "h": self.h, "w": self.w, "ci": self.ci, "co": self.co,
+            "kh": self.kh, "kw": self.kw, "sh": self.sh, "sw": self.sw,
+            "ph": self.ph, "pw": self.pw, "name": self.name,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Conv2dWorkload:
+        """Inverse of :meth:`to_dict`."""
+        keys = ("n", "h", "w", "ci", "co", "kh", "kw", "sh", "sw", "ph", "pw")
+        try:
+            return cls(**{k: int(d[k]) for k in keys}, name=d.get("name"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkloadError(f"malformed workload record {d!r}: {exc}") from None
+
+
+_ALIASES = {
+    "N": "n", "H": "h", "W": "w", "CI": "ci", "CO": "co",
+    "KH": "kh", "KW": "kw", "SH": "sh", "SW": "sw", "PH": "ph", "PW": "pw",
+    "K": ("kh", "kw"), "S": ("sh", "sw"), "P": ("ph", "pw"),
+}
+_REQUIRED = ("h", "w", "ci", "co", "kh", "kw")
+
+
+def parse_spec(spec: str) -> Conv2dWorkload:
+    """Parse ``conv2d:N=1,H=56,...``; :class:`WorkloadError` naming the bad field."""
+    text = spec.strip()
+    if not text.lower().startswith("conv2d:"):
+        raise WorkloadError(f"workload {spec!r} is not a spec: give one like conv2d:H=56,W=56,CI=64,CO=64,K=3,S=1,P=1")
+    values: dict[str, int] = {"n": 1, "sh": 1, "sw": 1, "ph": 0, "pw": 0}
+    seen: set[str] = set()
+    body = text.split(":", 1)[1]
+    if not body.strip():
+        raise WorkloadError(f"workload {spec!r} has no fields: give H, W, CI, CO and K")
+    for item in body.split(","):
+        if "=" not in item:
+            raise WorkloadError(f"workload field {item.strip()!r} in {spec!r} is not KEY=VALUE")
+        key, raw = (part.strip() for part in item.split("=", 1))
+        target = _ALIASES.get(key.upper())
+        if target is None:
+            raise WorkloadError(
+                f"unknown workload field {key!r} in {spec!r}: use N, H, W, CI, CO, K|KH|KW, S|SH|SW, P|PH|PW"
+            )
+        if not re.fullmatch(r"\d+", raw):
+            raise WorkloadError(f"workload field {key.upper()} must be a non-negative integer, got {raw!r}")
+        names = target if isinstance(target, tuple) else (target,)
+        for name in names:
+            if name in seen:
+                raise WorkloadError(f"workload field {key.upper()} given twice in {spec!r}")
+            seen.add(name)
+            values[name] = int(raw)
+    missing = [f.upper() for f in _REQUIRED if f not in seen]
+    if missing:
+        raise WorkloadError(f"workload {spec!r} is missing field(s) {', '.join(missing)}")
+    return Conv2dWorkload(**values)
+
+
+def with_name(workload: Conv2dWorkload, name: str | None) -> Conv2dWorkload:
+    """A copy of ``workload`` carrying ``name``."""
+    return replace(workload, name=name)
