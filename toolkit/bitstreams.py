@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 CATALOG = Path(__file__).resolve().parent.parent / "bitstreams" / "catalog.toml"
 _NAME = re.compile(r"^(\d+)x(\d+)_i(\d+)w(\d+)a(\d+)_(\d+)_(\d+)_(\d+)_(\d+)$")
-_HW_VER = re.compile(r"^\d+\.\d+\.\d+$")
+_HW_VER = re.compile(r"\d+\.\d+\.\d+")
+_TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+"""A VTA target (``pynq``, ``zcu102``): one plain path component of the cache."""
 
 
 class BitstreamError(BoardError):
@@ -55,7 +57,7 @@ class Bitstream:
 
 def parse_name(name: str) -> dict[str, int]:
     """The hardware parameters encoded in a VTA bitstream name."""
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     if not m:
         raise BitstreamError(f"bitstream name {name!r} is not VTA's "
                              "{BATCH}x{BLOCK}_i{INP}w{WGT}a{ACC}_{UOP}_{INP}_{WGT}_{ACC} form; "
@@ -163,8 +165,11 @@ def add(path: Path, target: str, hw_ver: str, name: str | None = None) -> tuple[
     path = Path(path).expanduser()
     if not path.is_file():
         raise BitstreamError(f"bitstream file {path} does not exist")
-    if not _HW_VER.match(hw_ver):
+    if not _HW_VER.fullmatch(hw_ver):
         raise BitstreamError(f"hardware version {hw_ver!r} must look like 0.0.2")
+    if not _TARGET.fullmatch(target):
+        raise BitstreamError(f"target {target!r} must be a board target such as pynq, ultra96 or zcu102 "
+                             "(letters, digits, '_' and '-')")
     name = name or path.stem
     parse_name(name)
     ext = path.suffix.lstrip(".") or "bit"

@@ -11,6 +11,8 @@ The *inventory* lists the user's boards: name, type, host, SSH details, RPC key,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import tempfile
@@ -18,7 +20,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import tomli_w
 
@@ -30,7 +32,10 @@ BUILTIN_BOARDS = ("vta-fsim", "local")
 
 FAMILIES: dict[str, tuple[str, ...]] = {"vta": ("vta",), "cpu": (), "cuda": ()}
 """Board families, each with the profile tables its boards need (its backend: :mod:`toolkit.backends`)."""
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""Board, board type and tag names (matched whole: ``fullmatch``)."""
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
+"""A host name or an IPv4/IPv6 address; never an option (leading ``-``), a space or shell syntax."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def profile_names() -> list[str]:
 def load_profile(name: str) -> BoardProfile:
     """Load and validate ``boards/<name>.toml``; :class:`BoardError` if unknown or malformed."""
     path = PROFILE_DIR / f"{name}.toml"
-    if not _NAME.match(name) or not path.is_file():
+    if not _NAME.fullmatch(name) or not path.is_file():
         raise BoardError(f"unknown board type {name!r}: use one of {', '.join(profile_names())}")
     try:
         raw = tomllib.loads(path.read_text())
@@ -174,9 +179,12 @@ class Inventory:
         self.path = Path(path).expanduser() if path else default_inventory_path()
 
     def load(self) -> list[BoardEntry]:
-        """Every registered board; a missing file is an empty inventory."""
+        """Every registered board; a missing file is an empty inventory. Every entry is validated as
+        ``board add`` validates it (:class:`InventoryError` naming the board)."""
         if not self.path.exists():
             return []
+        if not self.path.is_file():
+            raise InventoryError(f"inventory {self.path} is not a regular file; give a file path with --inventory")
         try:
             text = self.path.read_text()
             raw = tomllib.loads(text)
@@ -197,12 +205,20 @@ class Inventory:
             unknown = set(t) - {"type", "host", "port", "user", "key", "rpc_key", "tags"}
             if unknown:
                 raise InventoryError(f"inventory {self.path}: board {name!r} has unknown key(s) {sorted(unknown)}")
+            port = t.get("port", 22)
+            strings = {k: t.get(k) for k in ("type", "host", "user", "key", "rpc_key")}
+            if (not isinstance(port, int) or isinstance(port, bool)
+                    or any(v is not None and not isinstance(v, str) for v in strings.values())
+                    or not isinstance(t.get("tags", []), list)):
+                raise InventoryError(f"inventory {self.path}: board {name!r} is malformed (port must be a number, "
+                                     "type/host/user/key/rpc_key strings, tags a list); fix or remove it")
+            entry = BoardEntry(name=name, type=t["type"], host=t.get("host"), port=port, user=t.get("user"),
+                               key=t.get("key"), rpc_key=t.get("rpc_key"), tags=list(t.get("tags", [])))
             try:
-                out.append(BoardEntry(name=name, type=t["type"], host=t.get("host"), port=int(t.get("port", 22)),
-                                      user=t.get("user"), key=t.get("key"), rpc_key=t.get("rpc_key"),
-                                      tags=list(t.get("tags", []))))
-            except (TypeError, ValueError) as exc:
-                raise InventoryError(f"inventory {self.path}: board {name!r} is malformed: {exc}") from None
+                validate_entry(entry, check_key=False)
+            except BoardError as exc:
+                raise InventoryError(f"inventory {self.path}: board {name!r}: {exc}; fix or remove it") from None
+            out.append(entry)
         return out
 
     def get(self, name: str) -> BoardEntry:
@@ -215,20 +231,39 @@ class Inventory:
         raise BoardError(f"unknown board {name!r} ({hint}); add it with `edgetune board add {name} --type TYPE`")
 
     def add(self, entry: BoardEntry, replace: bool = False) -> BoardEntry:
-        """Register a board; an existing name is refused unless ``replace``."""
+        """Register a board; an existing name is refused unless ``replace``. The read-modify-write holds
+        the inventory's lock, so concurrent ``board add`` calls all land."""
         validate_entry(entry)
-        boards = self.load()
-        if any(b.name == entry.name for b in boards) and not replace:
-            raise InventoryError(f"board {entry.name!r} is already registered; remove it first or pass --replace")
-        boards = [b for b in boards if b.name != entry.name] + [entry]
-        self._write(boards)
+        with self._locked():
+            boards = self.load()
+            if any(b.name == entry.name for b in boards) and not replace:
+                raise InventoryError(f"board {entry.name!r} is already registered; remove it first or pass --replace")
+            boards = [b for b in boards if b.name != entry.name] + [entry]
+            self._write(boards)
         return entry
 
     def remove(self, name: str) -> BoardEntry:
-        """Unregister a board."""
-        entry = self.get(name)
-        self._write([b for b in self.load() if b.name != name])
+        """Unregister a board (under the inventory's lock)."""
+        with self._locked():
+            entry = self.get(name)
+            self._write([b for b in self.load() if b.name != name])
         return entry
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive lock on ``<inventory>.lock`` (the inventory itself is replaced on every write)."""
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise InventoryError(f"cannot write inventory {self.path}: {exc.strerror or exc}; give another "
+                                 "--inventory") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _write(self, boards: list[BoardEntry]) -> None:
         data = {"boards": {b.name: b.to_toml() for b in boards}}
@@ -236,19 +271,22 @@ class Inventory:
         atomic_write_text(self.path, text)
 
 
-def validate_entry(entry: BoardEntry) -> None:
-    """Check a board entry before it is stored."""
-    if not _NAME.match(entry.name):
+def validate_entry(entry: BoardEntry, check_key: bool = True) -> None:
+    """Check a board entry before it is stored (``check_key``: its SSH key file exists)."""
+    if not _NAME.fullmatch(entry.name):
         raise BoardError(f"board name {entry.name!r} must be letters, digits, '.', '_' or '-' (max 64)")
+    if entry.host is not None and not _HOST.fullmatch(entry.host):
+        raise BoardError(f"host {entry.host!r} is not a host name or an IP address; give one such as "
+                         "192.168.2.99 or pynq1.local")
     if entry.name in BUILTIN_BOARDS:
         raise BoardError(f"{entry.name!r} is a built-in board; choose another name")
     load_profile(entry.type)
     if not 0 < entry.port < 65536:
         raise BoardError(f"port {entry.port} is out of range 1..65535")
-    if entry.key and not Path(entry.key).expanduser().is_file():
+    if check_key and entry.key and not Path(entry.key).expanduser().is_file():
         raise BoardError(f"SSH key file {entry.key} does not exist; give the path of a private key")
     for tag in entry.tags:
-        if not _NAME.match(tag):
+        if not isinstance(tag, str) or not _NAME.fullmatch(tag):
             raise BoardError(f"tag {tag!r} must be letters, digits, '.', '_' or '-'")
 
 

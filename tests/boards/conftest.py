@@ -51,6 +51,16 @@ def _banner(host: str, port: int) -> bool:
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> SSHServer:
+    yield from _sshd(tmp_path_factory, sftp=True)
+
+
+@pytest.fixture(scope="session")
+def sshd_no_sftp(tmp_path_factory) -> SSHServer:
+    """The same server without the ``sftp`` subsystem (as on minimal board images and dropbear)."""
+    yield from _sshd(tmp_path_factory, sftp=False)
+
+
+def _sshd(tmp_path_factory, sftp: bool):
     if not os.path.exists(SSHD) or not shutil.which("ssh-keygen"):
         pytest.skip("OpenSSH server not installed (apt-get install openssh-server); SSH tests need it")
     d = tmp_path_factory.mktemp("sshd")
@@ -62,8 +72,8 @@ def sshd(tmp_path_factory) -> SSHServer:
         f"HostKey {d / 'host_key'}", f"AuthorizedKeysFile {d / 'authorized_keys'}",
         f"PidFile {d / 'sshd.pid'}", "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "AllowTcpForwarding yes",
-        "Subsystem sftp internal-sftp", "LogLevel ERROR", "MaxStartups 50",
-    ]
+        "LogLevel ERROR", "MaxStartups 50",
+    ] + (["Subsystem sftp internal-sftp"] if sftp else [])
     (d / "sshd_config").write_text("\n".join(lines) + "\n")
     try:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory

@@ -9,6 +9,7 @@ import pytest
 from toolkit.errors import ConfigError
 from toolkit.vta.config import PRESETS, VTAConfig, get_preset
 from toolkit.vta.errors import EncodingError, ProgramFormatError, VTAError
+from toolkit.vta.layout import layout_table
 from toolkit.vta.isa import (
     AluInsn,
     AluOp,
@@ -194,3 +195,20 @@ def test_corrupt_words_raise_format_error():
         decode_insn(_word((0, 0), (7, 7)), HW)
     with pytest.raises(ProgramFormatError):
         decode_insn(bytes(8), HW)
+
+
+def test_alu_src_factor_has_the_accumulator_width_and_gemm_the_input_width():
+    """hw_spec.h: VTAAluInsn's src_factor fields index the accumulator buffer, VTAGemInsn's the input buffer.
+    With LOG_INP_BUFF_SIZE 14 the two widths differ (10 and 11 bits), which no preset shows."""
+    hw = VTAConfig.from_json({**get_preset("pynq").to_json(), "LOG_INP_BUFF_SIZE": 14})
+    assert (hw.log_inp_depth, hw.log_acc_depth) == (10, 11)
+    table = {kind: {name: (lsb, width) for name, lsb, width in fields} for kind, fields in layout_table(hw).items()}
+    assert table["alu"]["src_factor_out"][1] == table["alu"]["src_factor_in"][1] == 11
+    assert table["gemm"]["src_factor_out"][1] == table["gemm"]["src_factor_in"][1] == 10
+    assert list(table["alu"]) == ["opcode", "pop_prev", "pop_next", "push_prev", "push_next", "reset", "uop_bgn",
+                                  "uop_end", "iter_out", "iter_in", "dst_factor_out", "dst_factor_in",
+                                  "src_factor_out", "src_factor_in", "op", "use_imm", "imm"]   # VTAAluInsn's order
+    shr = AluInsn(False, 0, 1, 1, 1, 0, 0, 2047, 2047, AluOp.SHR, True, 8)   # needs all 11 bits
+    assert decode_insn(encode_insn(shr, hw), hw) == shr
+    with pytest.raises(EncodingError, match="src_factor"):
+        encode_insn(GemmInsn(False, 0, 1, 1, 1, 0, 0, 2047, 0, 0, 0), hw)

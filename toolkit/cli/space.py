@@ -36,7 +36,10 @@ def space_cmd(
     if reports is None:
         if exhaustive:
             raise ConfigError(f"--exhaustive builds and measures every config; on {board} ({b.profile.family}) "
-                              f"that is {space.size:,} real builds: tune it instead (edgetune tune -b {board})")
+                              f"that is {space.size:,} builds: tune it instead (edgetune tune -b {board})")
+        if not json:
+            console.info(f"{space.size:,} configs, not checked one by one here (too many, or each needs a real "
+                         "build); the table shows the space")
         if json:
             console.print_json({"workload": wl.label, "board": board, "size": space.size, "valid": None,
                                 "tvm_compat": tvm_compat, "errors": {}})

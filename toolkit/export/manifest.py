@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,50 @@ class ExportManifest:
         if not kernels:
             raise ExportError(f"{where}: the export holds no kernel; re-export the folder")
         fields_ = {k: obj[k] for k in MANIFEST_KEYS if k != "kernels"}
+        for rel, digest in fields_["files"].items():
+            if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+                raise ExportError(f"{where}: files[{rel!r}] is not a sha256; re-export the folder")
+            check_relative(rel, where)
+        for kern in kernels:
+            for role, rel in kern.files.items():
+                if not isinstance(rel, str) or rel not in fields_["files"]:
+                    raise ExportError(f"{where}: kernel {kern.label} uses {role} file {rel!r}, which the manifest "
+                                      "does not list and hash; re-export the folder")
         return cls(kernels=kernels, **fields_)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+MAX_MANIFEST_BYTES = 16 << 20
+"""The largest ``manifest.json`` read back."""
+MAX_FILE_BYTES = 1 << 30
+"""The largest file of an export that is hashed and loaded."""
+
+
+def check_relative(rel: str, where: str) -> None:
+    """Refuse a manifest path that could leave the folder: absolute, with ``..``, empty parts or backslashes."""
+    parts = rel.split("/")
+    if (not rel or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts)
+            or len(rel) > 255 or rel == MANIFEST):
+        raise ExportError(f"{where}: file path {rel[:80]!r} is not a plain path inside the export; re-export "
+                          "the folder")
+
+
+def inside(folder: Path, rel: str, where: str) -> Path:
+    """``folder / rel`` when it is a regular file inside ``folder`` reached without symlinks (else
+    :class:`ExportError`)."""
+    check_relative(rel, where)
+    path = folder
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            raise ExportError(f"{where}: {rel} is (or lies under) a symlink; an export holds plain files only: "
+                              "re-export the folder")
+    if not path.is_file():
+        raise ExportError(f"{folder}: {rel} listed in the manifest is missing; re-export the folder")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ExportError(f"{folder}: {rel} is larger than {MAX_FILE_BYTES >> 20} MiB; re-export the folder")
+    return path
 
 
 def _check_keys(obj: dict, keys: dict[str, Any], where: str) -> None:

@@ -12,7 +12,8 @@ import numpy as np
 
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, resolve_board
-from toolkit.export.manifest import MANIFEST, ExportError, ExportManifest, KernelEntry, sha256_file
+from toolkit.export.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, ExportManifest, KernelEntry, inside,
+                                     sha256_file)
 from toolkit.tuning.core.template import Template
 from toolkit.workloads import Conv2dWorkload, parse_workload
 
@@ -39,23 +40,31 @@ class RunResult:
 def load_export(path: str | Path) -> Export:
     """Read an export folder; :class:`ExportError` if the manifest is bad or a file's sha256 differs."""
     path = Path(path)
-    mpath = path / MANIFEST
-    try:
-        obj = json.loads(mpath.read_text())
-    except FileNotFoundError:
-        raise ExportError(f"{path} is not an edgetune export (no {MANIFEST}); create one with `edgetune export`")\
-            from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ExportError(f"{mpath} is unreadable ({exc}); re-export the folder") from None
-    manifest = ExportManifest.from_json(obj, str(mpath))
+    obj = read_manifest(path)
+    manifest = ExportManifest.from_json(obj, str(path / MANIFEST))
     for rel, digest in manifest.files.items():
-        f = path / rel
-        if not f.is_file():
-            raise ExportError(f"{path}: {rel} listed in the manifest is missing; re-export the folder")
+        f = inside(path, rel, str(path / MANIFEST))
         if sha256_file(f) != digest:
             raise ExportError(f"{path}: {rel} does not match its sha256 in the manifest (modified or corrupt); "
                               "re-export the folder")
     return Export(path, manifest)
+
+
+def read_manifest(path: Path) -> Any:
+    """The parsed ``manifest.json`` of the export folder ``path`` (a regular file, bounded in size)."""
+    mpath = path / MANIFEST
+    if not path.is_dir():
+        raise ExportError(f"{path} is not an edgetune export folder; give the folder `edgetune export` wrote")
+    if not mpath.is_file() or mpath.is_symlink():
+        raise ExportError(f"{path} is not an edgetune export (no {MANIFEST}); create one with `edgetune export`")
+    if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+        raise ExportError(f"{mpath} is larger than {MAX_MANIFEST_BYTES >> 20} MiB; re-export the folder")
+    try:
+        return json.loads(mpath.read_text())
+    except RecursionError:
+        raise ExportError(f"{mpath} is nested too deeply; re-export the folder") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ExportError(f"{mpath} is unreadable ({str(exc)[:100]}); re-export the folder") from None
 
 
 @dataclass

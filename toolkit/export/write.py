@@ -21,6 +21,7 @@ from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve
 from toolkit.errors import BoardError, EdgetuneError, LogError
 from toolkit.export.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
                                      KernelEntry, sha256_file)
+from toolkit.export.run import read_manifest
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Template
 from toolkit.tuning.journal import Record, best_per_workload, read_log
@@ -136,10 +137,12 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     picked = _select(records, workloads, log)
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (force and (out_dir / MANIFEST).is_file()):
-        raise ExportError(f"export folder {out_dir} is not empty; choose a new --out folder"
-                          + (" (--force replaces only an earlier export)" if force else " or pass --force"))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _check_out_dir(out_dir, force)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExportError(f"cannot create export folder {out_dir}: {exc.strerror or exc}; choose another --out") \
+            from None
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         kernels = []
@@ -173,6 +176,29 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return manifest
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
+    """Refuse an ``--out`` that is a symlink or a file, or a non-empty folder that ``force`` may not replace:
+    it replaces only an edgetune export holding nothing but the files its manifest lists."""
+    if out_dir.is_symlink():
+        raise ExportError(f"export folder {out_dir} is a symlink; give a plain folder for --out")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"export folder {out_dir} is a file; choose a new --out folder")
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        return
+    if not force:
+        raise ExportError(f"export folder {out_dir} is not empty; choose a new --out folder or pass --force")
+    try:
+        listed = set(ExportManifest.from_json(read_manifest(out_dir), str(out_dir / MANIFEST)).files)
+    except ExportError:
+        raise ExportError(f"export folder {out_dir} is not an edgetune export; --force replaces only an earlier "
+                          "export: choose a new --out folder") from None
+    present = {str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if not p.is_dir()} - {MANIFEST}
+    extra = sorted(present - listed)
+    if extra:
+        raise ExportError(f"export folder {out_dir} holds files its manifest does not list ({', '.join(extra[:3])}); "
+                          "--force replaces only an earlier export: move them or choose a new --out folder")
 
 
 def _plain_target(profile: BoardProfile) -> dict[str, Any]:

@@ -5,11 +5,11 @@ Run on a board (``edgetune board provision`` starts it)::
     python -m toolkit.rpc.agent --tracker 127.0.0.1:9190 --key pynq --executor fpga \
         --bitstream ~/.edgetune/bitstreams/1x16_i8w8a32_15_15_18_17.bit
 
-Functions a client reaches with ``remote.get_function(NAME)``:
+Functions a client reaches with ``remote.get_function(NAME)`` (:data:`FUNCTIONS`; docs/security.md says
+what else TVM's RPC server offers every client):
 
 - ``edgetune.health() -> str``: JSON ``{"ok", "name", "key", "executor", "pid"}``.
 - ``edgetune.board_info() -> str``: JSON with architecture, cores, memory, Python and TVM versions.
-- ``edgetune.vta.program_fpga(bitstream) -> str``: load a bitstream (a path on the board, or its bytes).
 - ``edgetune.vta.run(program, inputs, repeat) -> bytes``: run a VTA program (``Program.to_bytes()``)
   with inputs (an ``.npz``) ``repeat`` times; returns an ``.npz`` of outputs plus ``__seconds__``
   (one entry per run), ``__counters__`` (JSON) and ``__board__``; a failing program returns
@@ -73,17 +73,6 @@ def board_info() -> str:
                        "executor": _SETTINGS.get("executor"), "name": _SETTINGS.get("name")})
 
 
-def program_fpga(bitstream: Any) -> str:
-    """Load a bitstream given as a path on the board or as its bytes; returns the loaded path."""
-    data = bytes(bitstream) if not isinstance(bitstream, str) else None
-    path = bitstream if isinstance(bitstream, str) else None
-    if data is not None:
-        path = str(Path(_SETTINGS.get("workdir", ".")) / "uploaded.bit")
-        Path(path).write_bytes(data)
-    _executor().program(path)
-    return str(path)
-
-
 def vta_run(program: Any, inputs: Any, repeat: int = 1) -> bytearray:
     """Run a VTA program ``repeat`` times; outputs, per-run seconds and counters as ``.npz`` bytes."""
     import numpy as np
@@ -103,12 +92,16 @@ def vta_run(program: Any, inputs: Any, repeat: int = 1) -> bytearray:
     return bytearray(buf.getvalue())
 
 
+FUNCTIONS = {"edgetune.health": health, "edgetune.board_info": board_info, "edgetune.vta.run": vta_run}
+"""What the agent adds to TVM's RPC server: what tuning and ``edgetune run`` need, nothing more (the
+bitstream is loaded once, at start, from the path provisioning uploaded; no function writes files)."""
+
+
 def register_functions() -> None:
     """Register edgetune's global functions in this process (inherited by TVM's session workers)."""
     import tvm
 
-    for name, fn in (("edgetune.health", health), ("edgetune.board_info", board_info),
-                     ("edgetune.vta.program_fpga", program_fpga), ("edgetune.vta.run", vta_run)):
+    for name, fn in FUNCTIONS.items():
         tvm.register_global_func(name, fn, override=True)
 
 

@@ -27,6 +27,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import shlex
 import tarfile
 import time
@@ -46,6 +47,8 @@ DEFAULT_RUNTIME = "apache-tvm==0.27.0.post1"
 RUNTIME_DEPS = ("apache-tvm-ffi==0.1.14.post1", "numpy", "tornado", "psutil", "cloudpickle")
 TVM_GIT = "https://github.com/apache/tvm"
 TVM_TAG = "v0.27.0"
+REMOTE_PATH = re.compile(r"[A-Za-z0-9_/.~+-]{1,255}")
+"""What a path on the board may hold: nothing a shell reads as syntax."""
 _PKG_ROOT = Path(__file__).resolve().parent.parent
 AGENT_FILES = ("__init__.py", "version.py", "errors.py", "rpc/__init__.py", "rpc/agent.py", "rpc/driver.py")
 AGENT_PACKAGES = ("vta",)
@@ -77,6 +80,15 @@ class ProvisionOptions:
     report_port: int = 0
     bitstream: str | None = None
     verify_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--remote-dir", self.remote_dir), ("--python", self.python)):
+            if value is None:
+                continue
+            plain = bool(REMOTE_PATH.fullmatch(value)) and ".." not in value.split("/")
+            if not plain or (flag == "--remote-dir" and not value.startswith(("/", "~"))):
+                raise BoardError(f"{flag} {value[:60]!r} must be a plain path on the board (letters, digits, "
+                                 "'/._+-~', absolute or under ~; a bare command name for --python)")
 
 
 @dataclass
@@ -160,8 +172,8 @@ def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[s
                f"sys.exit(not (u.find_spec(\"tvm\") and u.find_spec(\"numpy\")))'")
     if opts.python:
         return [Step("check the board's python", check=has_tvm,
-                     command=f"echo 'the python {opts.python} on the board cannot import tvm "
-                             f"and numpy: install them there or drop --python' >&2; exit 1")]
+                     command=_fail(f"the python {opts.python} on the board cannot import tvm and numpy: install "
+                                   "them there or drop --python"))]
     if opts.runtime_path is not None:
         rp = Path(opts.runtime_path).expanduser()
         if not rp.exists():
@@ -221,16 +233,21 @@ def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None) -> t
         fix = (f"`edgetune bitstream add FILE --target {want.target} --hw-ver {want.hw_ver}`"
                + (f" (download: {want.url})" if want.url else ""))
         return [Step(f"upload bitstream {what}", note=f"NOT CACHED: add it with {fix}",
-                     check=f"test -f {quote(remote)}", command=f"echo 'bitstream {what} is not cached: "
-                     f"add it with {fix}' >&2; exit 1")], remote
+                     check=f"test -f {quote(remote)}", command=_fail(f"bitstream {what} is not cached: add it with {fix}"))], remote
     digest = bitstreams.sha256_of(local)
     steps = [Step(f"upload bitstream {what}", upload=(local.read_bytes(), remote),
-                  check=f"echo '{digest}  {remote}' | sha256sum -c --status", note=f"sha256 {digest[:12]}")]
+                  check=f"printf '%s  %s\\n' {digest} {quote(remote)} | sha256sum -c --status",
+                  note=f"sha256 {digest[:12]}")]
     hwh = local.with_suffix(".hwh")
     if hwh.is_file():
         steps.append(Step("upload .hwh", upload=(hwh.read_bytes(), remote.rsplit(".", 1)[0] + ".hwh"),
                           check=f"test -f {quote(remote.rsplit('.', 1)[0] + '.hwh')}"))
     return steps, remote
+
+
+def _fail(message: str) -> str:
+    """Shell: print ``message`` (any characters, quoted) to stderr and fail the step."""
+    return f"printf '%s\\n' {shlex.quote(message)} >&2; exit 1"
 
 
 def agent_command(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[str, str],
@@ -258,13 +275,24 @@ def _sh(argv: list[str]) -> str:
     return " ".join(quote(a) if a.startswith("~") else shlex.quote(a) for a in argv)
 
 
+AGENT_MODULE = "toolkit.rpc.agent"
+"""What an agent's command line holds: a pid from a pid file is signalled only when its process runs it."""
+
+
+def agent_running(pid_file: str) -> str:
+    """Shell test: the pid file names a number whose process runs the agent (not a recycled pid)."""
+    return (f"g=$(cat {pid_file} 2>/dev/null); case \"$g\" in ''|*[!0-9]*) false;; *) tr '\\0' ' ' "
+            f"< /proc/$g/cmdline 2>/dev/null | grep -q {AGENT_MODULE};; esac")
+
+
 def stop_command(p: dict[str, str], sudo: bool = False) -> str:
-    """Shell: end the agent's process group (TERM, then KILL) and remove its pid file."""
+    """Shell: end the agent's process group (TERM, then KILL) and remove its pid file; a pid file whose
+    process is not the agent (stale, the pid reused) is removed without signalling anything."""
     s = "sudo -n " if sudo else ""
     pid = quote(p["pid"])
-    return (f"if [ -f {pid} ]; then g=$(cat {pid}); {s}kill -TERM -- -$g 2>/dev/null; "
+    return (f"if [ -f {pid} ]; then if {agent_running(pid)}; then {s}kill -TERM -- -$g 2>/dev/null; "
             f"for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /proc/$g/status ] || break; sleep 0.3; done; "
-            f"{s}kill -KILL -- -$g 2>/dev/null; rm -f {pid}; fi; true")
+            f"{s}kill -KILL -- -$g 2>/dev/null; fi; rm -f {pid}; fi; true")
 
 
 def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
@@ -300,7 +328,7 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     pid = q(p["pid"])
     steps.append(Step(
         f"start agent (key {entry.effective_rpc_key})",
-        check=f"[ -f {pid} ] && [ -e /proc/$(cat {pid})/status ] && "
+        check=f"[ -f {pid} ] && {agent_running(pid)} && "
               f"[ \"$(cat {q(p['args'])} 2>/dev/null)\" = {args_digest} ]",
         command=f"{stop_command(p, sudo)}; cd {q(p['agent_dir'])} && rm -f {q(p['state'])} && "
                 f"echo {args_digest} > {q(p['args'])} && {{ {launch} > {q(p['log'])} 2>&1 < /dev/null & }}",
@@ -328,7 +356,7 @@ def _verifier(entry: BoardEntry, opts: ProvisionOptions, p: dict[str, str]) -> C
 def _alive_cmd(session: SSHSession, p: dict[str, str]) -> bool:
     """Is the agent in the pid file running (works for a root agent seen by its non-root user)."""
     pid = quote(p["pid"])
-    return session.run(f"[ -f {pid} ] && [ -e /proc/$(cat {pid})/status ]").ok
+    return session.run(f"[ -f {pid} ] && {agent_running(pid)}").ok
 
 
 def wait_agent_state(session: SSHSession, p: dict[str, str], timeout: float) -> dict:

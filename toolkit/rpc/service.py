@@ -13,20 +13,11 @@ import time
 from pathlib import Path
 
 from toolkit.errors import BoardError
+from toolkit.rpc.procs import identity, is_running
 from toolkit.rpc.state import read_state, remove_state, write_state
 from toolkit.rpc.tracker import LOOPBACK, kill_group, start_tracker, tracker_summary
 
 DEFAULT_PORT = 9190
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _reap(pid: int) -> None:
@@ -38,9 +29,9 @@ def _reap(pid: int) -> None:
 def running_tracker() -> dict | None:
     """The state of the tracker started by ``edgetune tracker start``, if it still runs."""
     state = read_state("tracker")
-    if state and _alive(int(state["pid"])):
+    if is_running(state):
         return state
-    if state:
+    if state:   # stale (or from a process that reuses the pid): never signalled
         remove_state("tracker")
     return None
 
@@ -51,7 +42,7 @@ def start_service(host: str = LOOPBACK, port: int = DEFAULT_PORT, port_end: int 
     if state:
         return {**state, "already_running": True}
     tracker = start_tracker(host, port, port_end or (None if port == 0 else port + 10))
-    state = {"pid": tracker.pid, "host": host, "port": tracker.address[1], "log": tracker.log_path,
+    state = {**identity(tracker.pid), "host": host, "port": tracker.address[1], "log": tracker.log_path,
              "started": time.time()}
     write_state("tracker", state)
     return state
@@ -66,7 +57,7 @@ def stop_service(timeout: float = 5.0) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while is_running(state) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.05)
     kill_group(pid, timeout)       # SIGKILL what still runs, the workers it forked included

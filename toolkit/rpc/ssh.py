@@ -90,11 +90,14 @@ class SSHTarget:
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Refuse unknown hosts, or record them when the user opted in (``accept-new``)."""
 
-    def __init__(self, accept_new: bool, path: Path, port: int) -> None:
-        self.accept_new, self.path, self.port = accept_new, path, port
+    def __init__(self, accept_new: bool, path: Path, port: int, revoked: frozenset[str] = frozenset()) -> None:
+        self.accept_new, self.path, self.port, self.revoked = accept_new, path, port, revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         host_id = hostname  # paramiko already passes "[host]:port" for non-22 ports
+        if key.get_base64() in self.revoked:
+            raise BoardError(f"the SSH host key of {host_id} ({fingerprint(key)}) is marked @revoked in "
+                             f"{self.path}; do not connect until the board has a new host key")
         if not self.accept_new:
             raise BoardError(
                 f"unknown SSH host key for {host_id} ({fingerprint(key)}); check it on the board "
@@ -128,6 +131,7 @@ class SSHSession:
     target: SSHTarget
     client: paramiko.SSHClient
     _sftp: paramiko.SFTPClient | None = field(default=None, repr=False)
+    _no_sftp: bool = field(default=False, repr=False)
 
     def __enter__(self) -> "SSHSession":
         return self
@@ -167,26 +171,45 @@ class SSHSession:
         return result
 
     @property
-    def sftp(self) -> paramiko.SFTPClient:
-        """An SFTP client on this connection (opened once)."""
-        if self._sftp is None:
-            self._sftp = self.client.open_sftp()
+    def sftp(self) -> paramiko.SFTPClient | None:
+        """An SFTP client on this connection (opened once); ``None`` when the server has no ``sftp``
+        subsystem (minimal images, dropbear): transfers then go through plain commands."""
+        if self._sftp is None and not self._no_sftp:
+            try:
+                self._sftp = self.client.open_sftp()
+            except (paramiko.SSHException, EOFError, OSError):
+                self._no_sftp = True
         return self._sftp
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        """Write ``data`` to ``remote_path`` (absolute, or relative to the login directory)."""
-        with self.sftp.open(remote_path, "wb") as fh:
-            fh.write(data)
-        self.sftp.chmod(remote_path, mode)
+        """Write ``data`` to ``remote_path`` (absolute, or relative to the login directory): over SFTP, or
+        without it through ``cat`` into a temporary file renamed into place."""
+        sftp = self.sftp
+        if sftp is None:
+            tmp = f"{remote_path}.edgetune-upload"
+            self.run(f"umask 077 && cat > {quote(tmp)} && chmod {mode:o} {quote(tmp)} && "
+                     f"mv -f {quote(tmp)} {quote(remote_path)}", stdin=data, check=True,
+                     timeout=120.0 + len(data) / 100e3)
+            return
+        try:
+            with sftp.open(remote_path, "wb") as fh:
+                fh.write(data)
+            sftp.chmod(remote_path, mode)
+        except (OSError, paramiko.SSHException) as exc:
+            raise BoardError(f"upload of {remote_path} to {self.target.address} failed: "
+                             f"{getattr(exc, 'strerror', None) or exc}; check the board's disk and permissions") \
+                from None
 
     def put_file(self, local: Path, remote_path: str) -> None:
         """Upload a local file, keeping its permission bits."""
-        self.sftp.put(str(local), remote_path)
-        self.sftp.chmod(remote_path, stat.S_IMODE(local.stat().st_mode))
+        self.put_bytes(local.read_bytes(), remote_path, stat.S_IMODE(local.stat().st_mode))
 
     def home(self) -> str:
         """The login user's home directory on the board."""
-        return self.sftp.normalize(".")
+        sftp = self.sftp
+        if sftp is None:
+            return self.run('printf %s "$HOME"', check=True).stdout
+        return sftp.normalize(".")
 
     def close(self) -> None:
         """Close SFTP and the connection."""
@@ -196,17 +219,47 @@ class SSHSession:
         self.client.close()
 
 
+def load_known_hosts(keys: paramiko.HostKeys, path: Path) -> frozenset[str]:
+    """Add ``path``'s host keys to ``keys``; the base64 keys its ``@revoked`` lines name. ``@cert-authority``
+    lines are skipped (edgetune verifies plain host keys, not certificates)."""
+    revoked: set[str] = set()
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BoardError(f"cannot read known_hosts {path}: {exc}; fix or move the file") from None
+    for no, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            marker, _, rest = line.partition(" ")
+            fields_ = rest.split()
+            if marker == "@revoked" and len(fields_) >= 3:
+                revoked.add(fields_[2])
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, no)
+        except Exception:  # noqa: BLE001 - paramiko raises several kinds for a malformed key
+            entry = None
+        if entry is None or entry.key is None:
+            raise BoardError(f"known_hosts {path}:{no} is not a host key line; fix or remove that line")
+        for host in entry.hostnames:
+            keys.add(host, entry.key.get_name(), entry.key)
+    return frozenset(revoked)
+
+
 def connect(target: SSHTarget, *, accept_new_host_key: bool = False,
             timeout: float = DEFAULT_TIMEOUT_S, known_hosts: Path | None = None) -> SSHSession:
     """Open a verified, key-authenticated SSH connection or raise a one-line :class:`BoardError`."""
     path = known_hosts or known_hosts_path()
     client = paramiko.SSHClient()
-    if path.is_file():
-        try:
-            client.load_host_keys(str(path))
-        except (OSError, paramiko.SSHException) as exc:
-            raise BoardError(f"cannot read known_hosts {path}: {exc}; fix or move the file") from None
-    client.set_missing_host_key_policy(_HostKeyPolicy(accept_new_host_key, path, target.port))
+    for key_file in target.key_files:
+        mode = Path(key_file).expanduser().stat().st_mode
+        if mode & 0o077:
+            raise BoardError(f"the SSH key {key_file} is readable by other users (mode {stat.S_IMODE(mode):o}); "
+                             f"`chmod 600 {key_file}`, as ssh itself requires")
+    revoked = load_known_hosts(client.get_host_keys(), path) if path.is_file() else frozenset()
+    client.set_missing_host_key_policy(_HostKeyPolicy(accept_new_host_key, path, target.port, revoked))
     where = target.address
     try:
         client.connect(
@@ -255,6 +308,11 @@ def connect(target: SSHTarget, *, accept_new_host_key: bool = False,
         client.close()
         raise BoardError(f"cannot reach {where}: {exc.strerror or exc}; check the address and "
                          "the network") from None
+    server_key = client.get_transport().get_remote_server_key()
+    if server_key.get_base64() in revoked:
+        client.close()
+        raise BoardError(f"the SSH host key of {where} ({fingerprint(server_key)}) is marked @revoked in {path}; "
+                         "do not connect until the board has a new host key")
     return SSHSession(target, client)
 
 

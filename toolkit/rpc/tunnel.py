@@ -28,6 +28,7 @@ from typing import Callable
 
 import paramiko
 
+from toolkit.rpc.procs import identity, is_running
 from toolkit.boards import BoardEntry, Inventory
 from toolkit.errors import BoardError, EdgetuneError
 from toolkit.rpc.ssh import SSHSession, connect_board
@@ -181,20 +182,10 @@ def agent_port_from_state(state_path: str) -> Callable[[SSHSession], int]:
 
 # -- the keeper process -------------------------------------------------------------------------------
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def running_keeper(name: str) -> dict | None:
     """State of a board's tunnel keeper (``pid``, ``remote_port``, ``local_port``) if it runs."""
     state = read_state(f"tunnels/{name}")
-    if state and _alive(int(state["pid"])) and state.get("ready"):
+    if is_running(state) and state.get("ready"):
         return state
     return None
 
@@ -205,7 +196,7 @@ def stop_keeper(name: str) -> bool:
 
     state = read_state(f"tunnels/{name}")
     remove_state(f"tunnels/{name}")
-    if state and _alive(int(state["pid"])):
+    if is_running(state):
         try:
             os.killpg(int(state["pid"]), signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
@@ -215,7 +206,7 @@ def stop_keeper(name: str) -> bool:
                 os.waitpid(int(state["pid"]), os.WNOHANG)
             except ChildProcessError:
                 pass
-            if not _alive(int(state["pid"])):
+            if not is_running(state):
                 break
             time.sleep(0.05)
         return True
@@ -284,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    write_state(f"tunnels/{args.board}", {"pid": os.getpid(), "ready": True, "tracker": [host, int(port)],
+    write_state(f"tunnels/{args.board}", {**identity(), "ready": True, "tracker": [host, int(port)],
                                           "remote_port": tunnel.remote_port, "local_port": tunnel.local_port})
     print(f"tunnels up: board 127.0.0.1:{tunnel.remote_port} -> tracker {args.tracker}; "
           f"127.0.0.1:{tunnel.local_port} -> agent", flush=True)

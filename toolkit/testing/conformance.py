@@ -176,6 +176,27 @@ class TunerConformance:
         assert not seen & set(again), "a measured config was proposed again after load_history"
         assert len(again) == len(set(again)) == self.n_trials // 2
 
+    def test_ends_when_nothing_builds(self) -> None:
+        """A space where every config fails to compile, ahead of measuring or when measured: every tuner
+        ends (proposes nothing, or uses its budget on invalid trials), none compiles forever."""
+        space = synthetic_space()
+        tuner = self.make(8)
+
+        def nothing_compiles(indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
+            return [all_invalid(space, int(i)) for i in indices]
+
+        tuner.setup(TuningContext(space=space, compile_features=nothing_compiles, extra={"flops": FLOPS}))
+        measured = 0
+        for _ in range(self.n_trials):   # at most one round per trial of the budget
+            indices = tuner.propose(min(self.batch, self.n_trials - measured))
+            if not indices:
+                break
+            tuner.update([all_invalid(space, int(i)) for i in indices])
+            measured += len(indices)
+            if measured >= self.n_trials:
+                break
+        assert measured <= self.n_trials
+
     def test_finds_a_valid_config(self) -> None:
         results = drive(self.make(6), self.n_trials, batch=self.batch)
         assert any(r.valid for r in results)

@@ -2,9 +2,14 @@
 
 The first line is a header naming the schema, the edgetune and TVM versions and the task
 (workload, board, target, template, hardware config); every further line is one measurement.
-:class:`Journal` writes a line, flushes and fsyncs it before returning, so a crash loses at
-most the measurement in flight. Reading skips a truncated last line (a crash mid-write) with a
-:class:`TruncatedLogWarning`; any other unreadable line, or a bad header, is a
+:class:`Journal` is the log's one writer: it holds an exclusive lock (``flock``) on the file
+for as long as it is open, so a second writer gets a :class:`~toolkit.errors.LogError` naming
+the process that holds it; a new log is created with ``O_CREAT | O_EXCL``, every write appends
+(``O_APPEND``) and is flushed and fsynced before :meth:`Journal.append` returns. The tuning loop
+journals a batch's results when the batch's measurements return, so a crash loses at most the
+batch being measured. Reading skips a truncated last line (a crash mid-write) with a
+:class:`TruncatedLogWarning`; any other unreadable line (bad JSON, nesting too deep, wrong field
+types, a cost that is not a positive finite number), or a bad header, is a
 :class:`~toolkit.errors.LogError` naming the file and line.
 
 >>> import tempfile, pathlib
@@ -20,9 +25,11 @@ most the measurement in flight. Reading skips a truncated last line (a crash mid
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import stat
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -37,6 +44,8 @@ SCHEMA_VERSION = 1
 """Version of the log format written here."""
 
 HEADER_KEY = "edgetune_log"
+
+ERROR_VALUES = frozenset(e.value for e in ErrorClass)
 
 
 class TruncatedLogWarning(UserWarning):
@@ -71,11 +80,14 @@ class LogHeader:
     def from_json(cls, obj: Any, where: str) -> LogHeader:
         if not isinstance(obj, dict) or HEADER_KEY not in obj or not isinstance(obj.get("task"), dict):
             raise LogError(f"{where}: not an edgetune log header; is this an edgetune tuning log?")
-        if obj[HEADER_KEY] != SCHEMA_VERSION:
+        if obj[HEADER_KEY] != SCHEMA_VERSION or isinstance(obj[HEADER_KEY], bool):
             raise LogError(f"{where}: log schema {obj[HEADER_KEY]!r} is not supported (this edgetune reads "
                            f"schema {SCHEMA_VERSION}); tune again or use the edgetune version that wrote it")
-        return cls(task=obj["task"], schema=obj[HEADER_KEY], edgetune=str(obj.get("edgetune", "?")),
-                   tvm=str(obj.get("tvm", "?")), created=float(obj.get("created", 0.0)))
+        created = obj.get("created", 0.0)
+        if not _is_number(created):
+            raise LogError(f"{where}: header field 'created' must be a number; fix the header or tune again")
+        return cls(task=obj["task"], schema=SCHEMA_VERSION, edgetune=str(obj.get("edgetune", "?")),
+                   tvm=str(obj.get("tvm", "?")), created=float(created))
 
     def mismatch(self, task: dict[str, Any]) -> list[str]:
         """Task keys whose values differ from ``task`` (empty when the log belongs to it)."""
@@ -85,6 +97,23 @@ class LogHeader:
 
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def workload_key(workload: dict[str, Any]) -> str:
+    """A workload dict as a canonical string (spec fields, name ignored): records of one workload share it."""
+    return _canon({k: v for k, v in workload.items() if k != "name"})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "workload": (dict,), "board": (str,), "tuner": (str,), "trial": (int,), "config": (dict,),
+    "index": (int, type(None)), "costs": (list,), "error": (str, type(None)), "message": (str,),
+    "features": (dict,), "template": (dict,), "timestamp": (int, float), "build_s": (int, float),
+    "run_s": (int, float)}
+"""JSON types of a record's fields (``target`` is free-form)."""
 
 
 @dataclass
@@ -119,7 +148,7 @@ class Record:
     @property
     def workload_key(self) -> str:
         """The workload as a canonical string (spec fields, name ignored)."""
-        return _canon({k: v for k, v in self.workload.items() if k != "name"})
+        return workload_key(self.workload)
 
     def to_result(self) -> MeasureResult:
         """The record as a :class:`MeasureResult` (for ``Tuner.load_history``)."""
@@ -148,14 +177,25 @@ class Record:
         missing = [k for k in ("workload", "board", "tuner", "trial", "config") if k not in obj]
         if missing:
             raise LogError(f"{where}: record lacks {', '.join(missing)}; fix or delete that line")
+        for key, types in RECORD_TYPES.items():
+            if key in obj and (not isinstance(obj[key], types) or isinstance(obj[key], bool)):
+                raise LogError(f"{where}: malformed record (field {key!r} is a {type(obj[key]).__name__}); "
+                               "fix or delete that line")
+        if obj.get("error") is not None and obj["error"] not in ERROR_VALUES:
+            raise LogError(f"{where}: malformed record (unknown error {str(obj['error'])[:40]!r}); fix or delete "
+                           "that line")
+        costs = obj.get("costs", [])
+        if not all(_is_number(c) and math.isfinite(c) and c > 0 for c in costs):
+            raise LogError(f"{where}: malformed record (every cost must be a positive finite number of seconds); "
+                           "fix or delete that line")
+        if not all(isinstance(k, str) and _is_number(v) for k, v in obj.get("features", {}).items()):
+            raise LogError(f"{where}: malformed record (features must map names to numbers); fix or delete that line")
+        if obj.get("index") is not None and obj["index"] < 0 or obj["trial"] < 0:
+            raise LogError(f"{where}: malformed record (negative trial or index); fix or delete that line")
         known = set(cls.__dataclass_fields__)
-        try:
-            rec = cls(**{k: v for k, v in obj.items() if k in known})
-            if rec.error is not None:
-                ErrorClass(rec.error)
-            rec.costs = [float(c) for c in rec.costs]
-        except (TypeError, ValueError) as exc:
-            raise LogError(f"{where}: malformed record ({exc}); fix or delete that line") from None
+        rec = cls(**{k: v for k, v in obj.items() if k in known})
+        rec.costs = [float(c) for c in rec.costs]
+        rec.features = {k: float(v) for k, v in rec.features.items()}
         return rec
 
 
@@ -163,11 +203,10 @@ def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
     """The header and records of one log (see the module docstring for error handling)."""
     path = Path(path)
     try:
+        check_log_path(path, must_exist=True)
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise LogError(f"tuning log {path} does not exist") from None
     except OSError as exc:
-        raise LogError(f"cannot read tuning log {path}: {exc}") from None
+        raise LogError(f"cannot read tuning log {path}: {exc.strerror or exc}") from None
     lines = data.split(b"\n")
     complete = data.endswith(b"\n")
     if complete:
@@ -183,7 +222,10 @@ def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
             continue
         try:
             obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except RecursionError:
+            raise LogError(f"{where}: JSON nested too deeply for a tuning log; the log is corrupt there (fix or "
+                           "delete that line)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):   # ValueError: an int of > 4300 digits
             if last and not complete and no > 1:
                 warnings.warn(f"{where}: last line is truncated (interrupted write); skipped it",
                               TruncatedLogWarning, stacklevel=2)
@@ -195,6 +237,49 @@ def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
             records.append(Record.from_json(obj, where))
     assert header is not None
     return header, records
+
+
+def check_log_path(path: Path, *, must_exist: bool = False) -> None:
+    """Refuse a log path that is not a regular file (a directory, a device, a FIFO), or whose folder is
+    a file; :class:`LogError` saying what to pass instead."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if must_exist:
+            raise LogError(f"tuning log {path} does not exist") from None
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if parent.exists() and not parent.is_dir():
+            raise LogError(f"cannot create tuning log {path}: {parent} is a file, not a folder; choose another "
+                           "--log") from None
+        return
+    except NotADirectoryError:
+        raise LogError(f"cannot create tuning log {path}: a folder on its path is a file; choose another --log") \
+            from None
+    if stat.S_ISDIR(st.st_mode):
+        raise LogError(f"tuning log {path} is a folder; give a file path such as {path / 'log.jsonl'}")
+    if not stat.S_ISREG(st.st_mode):
+        raise LogError(f"tuning log {path} is not a regular file (a device or a pipe); give a file path for --log")
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the ``flock`` on the file open as ``fd``: ``pid N (command)`` from ``/proc/locks``."""
+    st = os.fstat(fd)
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            parts = line.split()
+            if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want:
+                pid = parts[4]
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    cmd = ""
+                return f"pid {pid}" + (f" ({cmd.strip()[:120]})" if cmd.strip() else "")
+    except OSError:
+        pass
+    return "another process"
 
 
 def load_records(paths: str | Path | Iterable[str | Path]) -> list[Record]:
@@ -248,55 +333,85 @@ class Journal:
         self._fh = None
 
     def open(self) -> list[Record]:
-        """Open for appending; returns the records already in the file."""
-        existing: list[Record] = []
-        if self.path.exists() and b"\n" in self.path.read_bytes():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", TruncatedLogWarning)
-                old, existing = read_log(self.path)
-            for w in caught:
-                warnings.warn(w.message, w.category, stacklevel=2)
-            diff = old.mismatch(self.header.task)
-            if diff:
-                raise LogError(f"{self.path} belongs to another task (different {', '.join(diff)}); "
-                               "pass another --log file or tune that task")
-            self.header = old
-            self._cut_partial_line()
-            self._fh = open(self.path, "a", encoding="utf-8")
-        else:   # new, or a crash cut its very first (header) line: start afresh
+        """Open for appending under an exclusive lock; returns the records already in the file."""
+        check_log_path(self.path)
+        try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "w", encoding="utf-8")
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            except FileExistsError:
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        except OSError as exc:
+            raise LogError(f"cannot open tuning log {self.path}: {exc.strerror or exc}; choose another --log") \
+                from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LogError(f"tuning log {self.path} is being written by {lock_holder(fd)}; wait for that run "
+                               "to finish, or choose another --log") from None
+            existing = self._take_over(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        if not existing and os.fstat(fd).st_size == 0:
             self._write(self.header.to_json())
         return existing
 
-    def _cut_partial_line(self) -> None:
+    def _take_over(self, fd: int) -> list[Record]:
+        """Under the lock: the records in the file (header checked), its partial last line cut off."""
         data = self.path.read_bytes()
+        if not data.strip():
+            os.ftruncate(fd, 0)
+            return []
+        if b"\n" not in data:   # one line without its newline: a header cut by a crash, or not a log at all
+            if data.lstrip().startswith(b'{"' + HEADER_KEY.encode()):
+                os.ftruncate(fd, 0)
+                return []
+            raise LogError(f"{self.path} is not an edgetune tuning log (no header line); choose another --log")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", TruncatedLogWarning)
+            old, existing = read_log(self.path)
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=3)
+        diff = old.mismatch(self.header.task)
+        if diff:
+            raise LogError(f"{self.path} belongs to another task (different {', '.join(diff)}); "
+                           "pass another --log file or tune that task")
+        self.header = old
+        self._cut_partial_line(fd, data)
+        return existing
+
+    def _cut_partial_line(self, fd: int, data: bytes) -> None:
         if data.endswith(b"\n"):
             return
         cut = data.rfind(b"\n") + 1
-        tail = data[cut:]
         try:
-            json.loads(tail)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            with open(self.path, "r+b") as fh:
-                fh.truncate(cut)
-                os.fsync(fh.fileno())
+            json.loads(data[cut:])
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            os.ftruncate(fd, cut)
+            os.fsync(fd)
             return
-        with open(self.path, "ab") as fh:      # a complete last record without its newline
-            fh.write(b"\n")
-            os.fsync(fh.fileno())
+        os.write(fd, b"\n")                 # a complete last record without its newline
+        os.fsync(fd)
 
     def _write(self, obj: dict[str, Any]) -> None:
         assert self._fh is not None, "Journal.open() first"
-        self._fh.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise LogError(f"cannot write tuning log {self.path}: {exc.strerror or exc}; every record before "
+                           "this one is in the log") from None
 
     def append(self, record: Record) -> None:
         """Write one record durably."""
         self._write(record.to_json())
 
     def close(self) -> None:
+        """Close the file, which releases the lock."""
         if self._fh is not None:
             self._fh.close()
             self._fh = None

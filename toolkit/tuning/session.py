@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from toolkit.errors import BoardError, LogError
 from toolkit.tuning.core.builder import Builder
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
-from toolkit.tuning.journal import Record, open_journal
+from toolkit.tuning.journal import Record, open_journal, workload_key
 from toolkit.tuning.core.runner import BoardLostError, MeasureOptions, Runner
 from toolkit.tuning.core.task import Task
 from toolkit.tuning.core.template import Artifact
@@ -141,6 +141,7 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
         tuner.setup(ctx)
         measured: set[int] = set()
         stale = 0
+        _check_resumed(earlier, desc, space.size, log)
         if earlier:
             history = [r.to_result() for r in earlier if r.index is not None]
             for r in history:
@@ -190,6 +191,18 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
             builder.close()
         summary.wall_s = time.perf_counter() - t_start
     return summary
+
+
+def _check_resumed(records: Sequence[Record], desc: dict[str, Any], size: int, log: str | Path | None) -> None:
+    """Refuse resuming from records that are not this task's: another workload, or an index outside its space."""
+    own = workload_key(desc["workload"])
+    for r in records:
+        if r.workload_key != own:
+            raise LogError(f"{log} holds a record of another workload (trial {r.trial}); it is not this task's "
+                           "log: choose another --log")
+        if r.index is not None and not 0 <= r.index < size:
+            raise LogError(f"{log}: trial {r.trial} names config {r.index}, outside this task's space of {size}; "
+                           "the log is not this task's: choose another --log")
 
 
 def measure_indices(task: Task, indices: Sequence[int], options: MeasureOptions | None = None) -> list[MeasureResult]:

@@ -14,6 +14,7 @@ All sizes follow ``pkg_config.py`` / ``hw_spec_const.h`` (see ``docs/vta.md``).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -80,9 +81,10 @@ class VTAConfig:
         for name in ("inp", "wgt", "acc", "uop"):
             if getattr(self, f"log_{name}_depth") < 1:
                 raise ConfigError(f"VTA config LOG_{name.upper()}_BUFF_SIZE is too small for one element")
-        if self.clock_mhz <= 0 or self.bus_bits < 8 or self.bus_bits % 8:
-            raise ConfigError("VTA config needs CLOCK_MHZ > 0 and BUS_BITS a multiple of 8 "
+        if not (0 < self.clock_mhz < 1e5) or not 8 <= self.bus_bits <= 4096 or self.bus_bits % 8:
+            raise ConfigError("VTA config needs 0 < CLOCK_MHZ < 100000 and BUS_BITS a multiple of 8 in 8..4096 "
                               f"(got {self.clock_mhz}, {self.bus_bits})")
+        _ver(self.hw_ver)
 
     # ---- widths and shapes -------------------------------------------------------------------
     inp_width = property(lambda self: 1 << self.log_inp_width)
@@ -142,6 +144,8 @@ class VTAConfig:
         """Bit width of every depth-dependent ISA field for this config (``hw_spec.h`` macros).
 
         The micro-op ``src`` width is max(INP, ACC) depth bits from HW_VER 0.0.2 on, INP depth bits before.
+        GEMM's ``src_factor`` fields have INP depth bits and ALU's ACC depth bits (``VTAGemInsn`` and
+        ``VTAAluInsn``).
         """
         src = max(self.log_inp_depth, self.log_acc_depth) if _ver(self.hw_ver) >= (0, 0, 2) else self.log_inp_depth
         return {
@@ -149,7 +153,8 @@ class VTAConfig:
             "uop_end": self.log_uop_depth + 1,
             "iter": LOOP_ITER_BITS,
             "dst_factor": self.log_acc_depth,
-            "src_factor": self.log_inp_depth,
+            "src_factor": self.log_inp_depth,          # GEMM: input-buffer index factor
+            "alu_src_factor": self.log_acc_depth,      # ALU: accumulator-buffer index factor
             "wgt_factor": self.log_wgt_depth,
             "uop_dst": self.log_acc_depth,
             "uop_src": src,
@@ -174,28 +179,37 @@ class VTAConfig:
         if isinstance(d_or_path, (str, Path)):
             try:
                 d = json.loads(Path(d_or_path).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ConfigError(f"cannot read VTA config {d_or_path}: {exc}; pass a vta_config.json file") from None
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise ConfigError(f"cannot read VTA config {d_or_path}: {str(exc)[:100]}; pass a vta_config.json "
+                                  "file") from None
         else:
-            d = dict(d_or_path)
+            d = d_or_path
         if not isinstance(d, dict):
             raise ConfigError("a VTA config must be a JSON object with TARGET, HW_VER, LOG_* keys")
         unknown = set(d) - set(_JSON_KEYS.values()) - {"HW_FREQ", "HW_CLK_TARGET"}
         if unknown:
-            raise ConfigError(f"unknown VTA config keys {sorted(unknown)}; known: {sorted(_JSON_KEYS.values())}")
+            raise ConfigError(f"unknown VTA config keys {sorted(map(str, unknown))[:5]}; known: "
+                              f"{sorted(_JSON_KEYS.values())}")
         kwargs: dict[str, Any] = {}
         for name, key in _JSON_KEYS.items():
             if key in d:
                 kwargs[name] = d[key]
-        target = str(kwargs.get("target", "pynq"))
-        clock, bus = _TARGET_DEFAULTS.get(target, (100.0, 64))
-        kwargs.setdefault("clock_mhz", float(d.get("HW_FREQ", clock)))
+        for name in ("target", "hw_ver"):
+            if name in kwargs and not isinstance(kwargs[name], str):
+                raise ConfigError(f"VTA config {name.upper()} must be a string, got {type(kwargs[name]).__name__}")
+        clock, bus = _TARGET_DEFAULTS.get(kwargs.get("target", "pynq"), (100.0, 64))
+        kwargs.setdefault("clock_mhz", d.get("HW_FREQ", clock))
         kwargs.setdefault("bus_bits", bus)
-        try:
-            kwargs = {k: (str(v) if k in ("target", "hw_ver") else float(v) if k == "clock_mhz" else int(v))
-                      for k, v in kwargs.items()}
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"bad value in VTA config: {exc}") from None
+        for name, value in kwargs.items():
+            if name in ("target", "hw_ver"):
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if name == "clock_mhz":
+                if not number or not math.isfinite(value):
+                    raise ConfigError(f"VTA config CLOCK_MHZ must be a finite number of MHz, got {value!r:.40}")
+                kwargs[name] = float(value)
+            elif not isinstance(value, int) or isinstance(value, bool) or not -(1 << 31) < value < (1 << 31):
+                raise ConfigError(f"VTA config {_JSON_KEYS[name]} must be an integer, got {value!r:.40}")
         return cls(**kwargs)
 
     def to_json(self) -> dict[str, Any]:

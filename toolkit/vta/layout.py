@@ -38,10 +38,12 @@ def _fields(kind: str, hw: "VTAConfig") -> list[tuple[str, int, bool]]:
                 ("x_size", SIZE_BITS, False), ("x_stride", STRIDE_BITS, False), ("y_pad0", PAD_BITS, False),
                 ("y_pad1", PAD_BITS, False), ("x_pad0", PAD_BITS, False), ("x_pad1", PAD_BITS, False)]
         return _HEADER + body
+    # hw_spec.h: GEMM's src_factor indexes the input buffer, ALU's the accumulator buffer
+    src = w["alu_src_factor"] if kind == "alu" else w["src_factor"]
     loop = [("reset", 1, False), ("uop_bgn", w["uop_bgn"], False), ("uop_end", w["uop_end"], False),
             ("iter_out", w["iter"], False), ("iter_in", w["iter"], False),
             ("dst_factor_out", w["dst_factor"], False), ("dst_factor_in", w["dst_factor"], False),
-            ("src_factor_out", w["src_factor"], False), ("src_factor_in", w["src_factor"], False)]
+            ("src_factor_out", src, False), ("src_factor_in", src, False)]
     if kind == "gemm":
         return _HEADER + loop + [("wgt_factor_out", w["wgt_factor"], False),
                                  ("wgt_factor_in", w["wgt_factor"], False)]

@@ -20,15 +20,18 @@ True
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from toolkit.errors import ConfigError
 from toolkit.vta.config import VTAConfig
 from toolkit.vta.errors import ProgramFormatError, VTAError
 from toolkit.vta.isa import (
@@ -94,6 +97,25 @@ def allocate_regions(hw: VTAConfig, tensors: list[tuple[str, tuple, str]], n_uop
     return regions
 
 
+MAX_DRAM_BYTES = 1 << 32
+"""The most DRAM a program's regions may span (VTA addresses DRAM with 32 bits)."""
+
+def _region(r: Any) -> Region:
+    """A DRAM region of a program file's layout, checked: names and dtypes known, sizes that agree and
+    fit in :data:`MAX_DRAM_BYTES` (a hostile file never makes the simulator allocate more)."""
+    if not isinstance(r, dict):
+        raise ValueError("a region is not an object")
+    name, offset, nbytes, shape, dtype = r["name"], r["offset"], r["nbytes"], r["shape"], r["dtype"]
+    if not isinstance(name, str) or dtype not in DTYPES or not isinstance(shape, list):
+        raise ValueError(f"region {str(name)[:20]!r} has a bad name, dtype or shape")
+    ints = [offset, nbytes, *shape]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DRAM_BYTES for v in ints):
+        raise ValueError(f"region {name!r} has a size or offset out of range")
+    if offset + nbytes > MAX_DRAM_BYTES or math.prod(shape) * np.dtype(dtype).itemsize > nbytes:
+        raise ValueError(f"region {name!r} does not fit its bytes or the DRAM")
+    return Region(name, offset, nbytes, tuple(shape), dtype)
+
+
 @dataclass
 class Program:
     """Instructions + micro-ops + DRAM regions ("uop", "inp", "wgt", optional "bias", "out") + free metadata."""
@@ -147,15 +169,19 @@ class Program:
         if version != VERSION:
             raise ProgramFormatError(f"VTA program file version {version} is not supported (expected {VERSION})")
         pos = fixed
+        if pos + hw_len + layout_len > len(body):
+            raise ProgramFormatError("VTA program file length does not match its header; recompile it")
         try:
             hw = VTAConfig.from_json(json.loads(body[pos: pos + hw_len]))
             pos += hw_len
             layout = json.loads(body[pos: pos + layout_len])
             pos += layout_len
-            regions = {r["name"]: Region(r["name"], r["offset"], r["nbytes"], tuple(r["shape"]), r["dtype"])
-                       for r in layout["regions"]}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProgramFormatError(f"VTA program file has a corrupt header ({exc}); recompile it") from None
+            regions = {r["name"]: _region(r) for r in layout["regions"]}
+            if not isinstance(layout.get("meta", {}), dict):
+                raise ValueError("meta is not an object")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ConfigError) as exc:
+            raise ProgramFormatError(f"VTA program file has a corrupt header ({str(exc)[:120]}); recompile it") \
+                from None
         ib, ub = hw.insn_bytes, hw.uop_bytes
         if len(body) != pos + n_insns * ib + n_uops * ub:
             raise ProgramFormatError("VTA program file length does not match its header; recompile it")

@@ -15,6 +15,11 @@ from dataclasses import dataclass, field, replace
 from toolkit.errors import WorkloadError
 
 
+LIMITS = {"n": 1024, "h": 16384, "w": 16384, "ci": 65536, "co": 65536, "kh": 64, "kw": 64, "sh": 64, "sw": 64,
+          "ph": 64, "pw": 64}
+"""Largest value of each field: far beyond any layer of a real network, small enough that spaces stay finite."""
+
+
 @dataclass(frozen=True)
 class Conv2dWorkload:
     """Shape of one conv2d layer. ``name`` is informational and ignored by ``==``."""
@@ -33,12 +38,15 @@ class Conv2dWorkload:
     name: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("n", "h", "w", "ci", "co", "kh", "kw", "sh", "sw"):
-            if getattr(self, key) < 1:
-                raise WorkloadError(f"workload field {key.upper()} must be >= 1, got {getattr(self, key)}")
-        for key in ("ph", "pw"):
-            if getattr(self, key) < 0:
-                raise WorkloadError(f"workload field {key.upper()} must be >= 0, got {getattr(self, key)}")
+        for key, top in LIMITS.items():
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise WorkloadError(f"workload field {key.upper()} must be an integer, got {value!r:.30}")
+            low = 0 if key in ("ph", "pw") else 1
+            if value < low:
+                raise WorkloadError(f"workload field {key.upper()} must be >= {low}, got {value}")
+            if value > top:
+                raise WorkloadError(f"workload field {key.upper()} must be <= {top}, got {str(value)[:30]}")
         if self.oh < 1 or self.ow < 1:
             raise WorkloadError(
                 f"workload {self.spec()} has an empty output ({self.oh}x{self.ow}): "
@@ -122,8 +130,9 @@ def parse_spec(spec: str) -> Conv2dWorkload:
             raise WorkloadError(
                 f"unknown workload field {key!r} in {spec!r}: use N, H, W, CI, CO, K|KH|KW, S|SH|SW, P|PH|PW"
             )
-        if not re.fullmatch(r"\d+", raw):
-            raise WorkloadError(f"workload field {key.upper()} must be a non-negative integer, got {raw!r}")
+        if not re.fullmatch(r"[0-9]{1,9}", raw):
+            raise WorkloadError(f"workload field {key.upper()} must be a non-negative integer (0-9, at most 9 "
+                                f"digits), got {raw[:30]!r}")
         names = target if isinstance(target, tuple) else (target,)
         for name in names:
             if name in seen:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 CHANNEL_BLOCK = 16
 """Channels of a network layer are padded to this block, as TVM's VTA ``graph_pack`` does."""
 
+EXPLORE_MAX = 200_000
+"""``edgetune space`` checks spaces up to this size config by config (a few minutes); larger ones show their size."""
+
 VTA_CLIP = (0, 127)
 """Requantisation clip of edgetune's VTA conv2d: ``MIN 127`` then ``MAX 0``."""
 
@@ -70,7 +73,8 @@ def with_vta_preset(board: Board, preset: str | None) -> Board:
 
 def require_vta(board: Board) -> None:
     """Refuse a board that is not a VTA board with a hardware preset."""
-    if not isinstance(backend_for(board.profile), VTABackend) or not board.profile.vta or "preset" not in board.profile.vta:
+    vta = board.profile.vta or {}
+    if not isinstance(backend_for(board.profile), VTABackend) or "preset" not in vta:
         raise BoardError(f"board {board.name!r} is not a VTA board (family {board.profile.family!r}); "
                          "use vta-fsim or a Pynq/Ultra96/ZCU102 board")
 
@@ -111,9 +115,12 @@ class VTABackend(Backend):
 
     def explore_space(self, workload: Conv2dWorkload, profile: BoardProfile, *, exhaustive: bool,
                       on_step: Any = None) -> dict[str, Any] | None:
-        """Every config compiled (and with ``exhaustive`` simulated), for edgetune's and TVM's space."""
-        from toolkit.backends.vta.space import explore
+        """Every config compiled (and with ``exhaustive`` simulated), for edgetune's and TVM's space; ``None``
+        above :data:`EXPLORE_MAX` configs (about a millisecond each)."""
+        from toolkit.backends.vta.space import explore, vta_conv2d_space
 
+        if vta_conv2d_space(workload, get_preset(profile.vta["preset"])).size > EXPLORE_MAX:
+            return None
         return explore(workload, get_preset(profile.vta["preset"]), exhaustive=exhaustive, on_step=on_step)
 
     def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:

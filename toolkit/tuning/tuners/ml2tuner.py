@@ -49,6 +49,10 @@ from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, PLUS_OPTIONS, RL_OPTI
 from toolkit.tuning.tuners.xgb import XGBTuner
 from toolkit.tuning.models.validity import ValidityModel
 
+MAX_EMPTY_ROUNDS = 8
+"""Rounds in a row whose every candidate failed to compile before ``propose`` gives up (returns nothing):
+on a space where nothing builds the tuner ends instead of compiling forever."""
+
 MIN_VALID_FOR_A = 4
 """ModelA is fitted once this many valid measurements have compile features; before that ModelP ranks."""
 
@@ -366,13 +370,17 @@ class ML2Tuner(XGBTuner):
         """Up to ``n`` configs of the current round; a new round (and refit) starts only when nothing
         is offered yet, so a ``plan_size`` below the loop's batch still refits every N trials."""
         out: list[int] = []
+        empty = 0
         while len(out) < n and len(self.visited) + len(self.failed) < self.space.size:
             if not self.queue:
                 if out:
                     break
                 self.queue = [i for i in self._plan() if i not in self.visited]
-                if not self.queue:
-                    continue  # the round only found compile failures: they are excluded now
+                if not self.queue:   # the round only found compile failures: they are excluded now
+                    empty += 1
+                    if empty >= MAX_EMPTY_ROUNDS:
+                        break        # nothing builds: the loop reports the space as exhausted
+                    continue
             index = self.queue.pop(0)
             if index in self.visited or index in self.failed:
                 continue

@@ -1,0 +1,292 @@
+"""Reliability benchmark: SIGKILLs at random points then resume, two writers on one log, a board killed
+mid-run, and hostile inputs through the real CLI.
+
+    python -m bench.bench_reliability [--kills 10] [--seed 0] [--write-docs]
+
+Everything runs on this machine: the ``vta-fsim`` board, a loopback tracker and a simulator agent started
+as a real process. Figures: records lost (a record present after a kill that is gone at the end), duplicate
+trial numbers, configs measured twice, runs refused, and for the hostile inputs the cases tried, tracebacks,
+exits other than the one-line error, and silent successes. Results: ``bench/out/reliability.json`` and, with
+``--write-docs``, the "Reliability" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from toolkit.bench import environment, write_doc_section
+from toolkit.tuning.journal import read_log
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out" / "reliability.json"
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Reliability"
+SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"
+EDGETUNE = [sys.executable, "-m", "toolkit"]
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(home / "state"),
+            "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
+            "EDGETUNE_INVENTORY": str(home / "inventory.toml")}
+
+
+def _tune(log: Path, env: dict[str, str], *extra: str, n: int = 200, workload: str = SMALL,
+          seed: int = 0) -> subprocess.Popen:
+    return subprocess.Popen([*EDGETUNE, "tune", "-b", "vta-fsim", "-w", workload, "-t", "random", "-n", str(n),
+                             "--seed", str(seed), "--log", str(log), "--resume", *extra], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _lines(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    data = log.read_text()
+    complete = data.split("\n")[:-1]      # a cut last line is not a record yet
+    return complete[1:]
+
+
+def _audit(log: Path, n: int, snapshots: list[list[str]]) -> dict[str, Any]:
+    _, recs = read_log(log)
+    final = _lines(log)
+    lost = sum(len(set(snap) - set(final)) for snap in snapshots)
+    trials = Counter(r.trial for r in recs)
+    configs = Counter(r.index for r in recs)
+    return {"records": len(recs), "expected": n, "lost": lost,
+            "duplicate_trials": sum(c - 1 for c in trials.values() if c > 1),
+            "configs_measured_twice": sum(c - 1 for c in configs.values() if c > 1),
+            "trials_in_order": [r.trial for r in recs] == list(range(len(recs)))}
+
+
+def sigkills(kills: int, rng: random.Random, home: Path) -> dict[str, Any]:
+    """Kill a tune at random moments, resume each time, then let it finish."""
+    env, log = _env(home), home / "kill.jsonl"
+    snapshots, killed_at = [], []
+    for _ in range(kills):
+        proc = _tune(log, env)
+        delay = rng.uniform(1.5, 4.0)       # imports take ~1.5 s: most kills land mid-tuning
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed_at.append(round(delay, 2))
+        snapshots.append(_lines(log))
+    final = _tune(log, env)
+    rc = final.wait(timeout=600)
+    return {"kills": kills, "kill_after_s": killed_at, "final_rc": rc,
+            "records_at_kills": [len(s) for s in snapshots], **_audit(log, 200, snapshots)}
+
+
+def two_writers(home: Path) -> dict[str, Any]:
+    """A second `tune --resume` on a log another run is writing."""
+    env, log = _env(home), home / "two.jsonl"
+    first = _tune(log, env, n=400, workload="resnet18.C5", seed=3)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_lines(log)) < 10:
+        time.sleep(0.05)
+    second = subprocess.run([*EDGETUNE, "tune", "-b", "vta-fsim", "-w", "resnet18.C5", "-t", "random", "-n", "400",
+                             "--seed", "4", "--log", str(log), "--resume"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    rc = first.wait(timeout=600)
+    error = next((ln for ln in second.stderr.splitlines() if ln.startswith("error:")), "")
+    return {"first_rc": rc, "second_rc": second.returncode, "second_refused": "being written by" in error,
+            "second_error": error[:160], **_audit(log, 400, [])}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def board_killed(home: Path) -> dict[str, Any]:
+    """A simulator agent (a real process behind a loopback tracker) killed mid-tune and started again."""
+    env, log = _env(home), home / "board.jsonl"
+    port = _free_port()
+    subprocess.run([*EDGETUNE, "tracker", "start", "--port", str(port)], env=env, check=True, capture_output=True)
+    subprocess.run([*EDGETUNE, "board", "add", "simagent", "--type", "vta-fsim", "--host", "127.0.0.1"], env=env,
+                   check=True, capture_output=True)
+
+    def agent() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"127.0.0.1:{port}",
+                                 "--key", "vta-fsim", "--executor", "fsim", "--name", "simagent"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    board = agent()
+    try:
+        tune = subprocess.Popen([*EDGETUNE, "tune", "-b", "simagent", "-w", SMALL, "-t", "random", "-n", "60",
+                                 "--log", str(log)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(_lines(log)) < 15:
+            time.sleep(0.1)
+        at_kill = _lines(log)
+        os.killpg(board.pid, signal.SIGKILL)
+        board.wait()
+        time.sleep(3.0)
+        board = agent()
+        rc = tune.wait(timeout=600)
+        return {"tune_rc": rc, "records_at_kill": len(at_kill), "stderr_tail": tune.stderr.read()[-200:],
+                **_audit(log, 60, [at_kill])}
+    finally:
+        os.killpg(board.pid, signal.SIGKILL)
+        subprocess.run([*EDGETUNE, "tracker", "stop"], env=env, capture_output=True)
+
+
+# -- hostile inputs --------------------------------------------------------------------------------------------
+Setup = Callable[[Path], None]
+
+
+def _write(name: str, text: str | bytes) -> Setup:
+    def setup(d: Path) -> None:
+        path = d / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return setup
+
+
+HEADER = json.dumps({"edgetune_log": 1, "edgetune": "0.1.0", "tvm": "0.27", "created": 0.0,
+                     "task": {"workload": {"n": 1, "h": 14, "w": 14, "ci": 32, "co": 32, "kh": 3, "kw": 3, "sh": 1,
+                                           "sw": 1, "ph": 1, "pw": 1, "name": None}, "board": "vta-fsim"}})
+RECORD = {"workload": {"n": 1, "h": 14}, "board": "vta-fsim", "tuner": "random", "trial": 0, "config": {},
+          "index": 0, "costs": [1e-3]}
+HOSTILE_LOGS = {
+    "deep nesting": "[" * 200000 + "]" * 200000,
+    "5000-digit integer": '{"trial": ' + "9" * 5000 + "}",
+    "NaN cost": json.dumps({**RECORD, "costs": [float("nan")]}),
+    "zero cost": json.dumps({**RECORD, "costs": [0]}),
+    "negative cost": json.dumps({**RECORD, "costs": [-1]}),
+    "string trial": json.dumps({**RECORD, "trial": "x"}),
+    "list config": json.dumps({**RECORD, "config": []}),
+    "unknown error": json.dumps({**RECORD, "error": "melted"}),
+    "binary garbage": "\x00\xff\xfe garbage",
+    "a JSON list": "[1, 2, 3]",
+}
+CASES: list[tuple[str, list[str], Setup | None]] = [
+    *[(f"report: log with {k}", ["report", "L.jsonl", "--out", "r.png"], _write("L.jsonl", f"{HEADER}\n{v}\n"))
+      for k, v in HOSTILE_LOGS.items()],
+    *[(f"export: log with {k}", ["export", "--log", "L.jsonl", "--out", "x"], _write("L.jsonl", f"{HEADER}\n{v}\n"))
+      for k, v in HOSTILE_LOGS.items()],
+    ("tune: --log is a folder", ["tune", "-w", SMALL, "-n", "1", "--log", "."], None),
+    ("tune: --log /dev/null", ["tune", "-w", SMALL, "-n", "1", "--log", "/dev/null", "--resume"], None),
+    ("tune: --log /dev/full", ["tune", "-w", SMALL, "-n", "1", "--log", "/dev/full", "--resume"], None),
+    ("tune: --log under a file", ["tune", "-w", SMALL, "-n", "1", "--log", "f/L.jsonl"], _write("f", "x")),
+    ("tune: --resume on a text file", ["tune", "-w", SMALL, "-n", "1", "--log", "t.txt", "--resume"],
+     _write("t.txt", "my notes")),
+    ("tune: workload H too large", ["tune", "-w", "conv2d:H=99999999999999999999,W=7,CI=16,CO=16,K=3", "-n", "1"], None),
+    ("tune: huge workload", ["tune", "-w", "conv2d:N=720720,H=720720,W=720720,CI=720720,CO=720720,K=1", "-n", "1",
+                             "-t", "ml2tuner"], None),
+    ("tune: Arabic-Indic digits", ["tune", "-w", "conv2d:H=٥٦,W=56,CI=64,CO=64,K=3", "-n", "1"], None),
+    ("tune: unknown tuner", ["tune", "-w", SMALL, "-n", "1", "-t", "nosuch"], None),
+    ("tune: unknown board", ["tune", "-w", SMALL, "-n", "1", "-b", "nosuch"], None),
+    ("tune: --tvm-compat on local", ["tune", "-w", SMALL, "-n", "1", "-b", "local", "--tvm-compat"], None),
+    ("run: not an export", ["run", "."], None),
+    ("run: manifest is a list", ["run", "e"], _write("e/manifest.json", "[]")),
+    ("run: deep manifest", ["run", "e"], _write("e/manifest.json", "[" * 200000 + "]" * 200000)),
+    ("vta run: config with Infinity", ["vta", "compile", "-w", SMALL, "--config", "{\"tile_h\": Infinity}"], None),
+    ("board add: host with spaces", ["board", "add", "b", "--type", "rpi4", "--host", "a b"], None),
+    ("board add: empty host", ["board", "add", "b", "--type", "rpi4", "--host", ""], None),
+    ("board add: name with newline", ["board", "add", "b\n", "--type", "rpi4", "--host", "10.0.0.2"], None),
+    ("board list: inventory with port 99999", ["board", "list"],
+     _write("config/edgetune/inventory.toml", '[boards.p]\ntype = "rpi4"\nhost = "10.0.0.2"\nport = 99999\n')),
+    ("board list: inventory naming vta-fsim", ["board", "list"],
+     _write("config/edgetune/inventory.toml", '[boards.vta-fsim]\ntype = "vta-fsim"\n')),
+    ("board provision: --remote-dir injection", ["board", "provision", "p", "--dry-run", "--remote-dir", "~/x';id"],
+     _write("config/edgetune/inventory.toml", '[boards.p]\ntype = "rpi4"\nhost = "10.0.0.2"\n')),
+    ("bitstream add: --target ../..", ["bitstream", "add", "1x16_i8w8a32_15_15_18_17.bit", "--target", "../..",
+                                       "--hw-ver", "0.0.2"], _write("1x16_i8w8a32_15_15_18_17.bit", b"\0bits")),
+    ("space: huge VTA space", ["space", "-w", "conv2d:H=4096,W=4096,CI=1024,CO=1024,K=3,S=1,P=1"], None),
+]
+"""(what, edgetune arguments, setup of the working folder) for each hostile input."""
+
+SILENT_OK = {"space: huge VTA space"}
+"""Cases whose right answer is a success (with a note), not an error."""
+
+
+def hostile(home: Path) -> dict[str, Any]:
+    rows = []
+    for what, argv, setup in CASES:
+        with tempfile.TemporaryDirectory(dir=home) as d:
+            folder = Path(d)
+            env = {**_env(folder)}
+            if setup is not None:
+                setup(folder)
+            t0 = time.monotonic()
+            proc = subprocess.run([*EDGETUNE, *argv], cwd=folder, env=env, capture_output=True, text=True,
+                                  timeout=300)
+            errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+            rows.append({"case": what, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 2),
+                         "traceback": "Traceback" in proc.stderr + proc.stdout,
+                         "one_line_error": proc.returncode == 2 and len(errors) == 1,
+                         "silent_success": proc.returncode == 0 and what not in SILENT_OK,
+                         "error": (errors or [""])[0][:150]})
+    return {"cases": len(rows), "tracebacks": sum(r["traceback"] for r in rows),
+            "silent_successes": sum(r["silent_success"] for r in rows),
+            "not_one_line": sum(not r["one_line_error"] and r["case"] not in SILENT_OK for r in rows),
+            "slowest_s": max(r["seconds"] for r in rows), "rows": rows}
+
+
+def section(result: dict[str, Any]) -> str:
+    env, k, w, b, h = (result[x] for x in ("environment", "sigkill", "two_writers", "board_killed", "hostile"))
+    lines = [SECTION, "",
+             f"Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.",
+             f"Command: `{env['command']}`. Everything on this machine (the `vta-fsim` board, a loopback tracker, a "
+             "simulator agent started as a real process). JSON: `bench/out/reliability.json`.", "",
+             "| scenario | records (expected) | lost | duplicate trials | configs measured twice | notes |",
+             "|---|---|---|---|---|---|",
+             f"| {k['kills']} SIGKILLs at random moments ({min(k['kill_after_s'])}-{max(k['kill_after_s'])} s into a "
+             f"run), each followed by `--resume` | {k['records']} ({k['expected']}) | {k['lost']} | "
+             f"{k['duplicate_trials']} | {k['configs_measured_twice']} | records present at the kills: "
+             f"{', '.join(map(str, k['records_at_kills']))} |",
+             f"| two writers: a second `tune --resume` while the first writes | {w['records']} ({w['expected']}) | "
+             f"{w['lost']} | {w['duplicate_trials']} | {w['configs_measured_twice']} | second run refused: "
+             f"{'yes' if w['second_refused'] else 'NO'} (exit {w['second_rc']}) |",
+             f"| the board's agent SIGKILLed after {b['records_at_kill']} records, started again 3 s later | "
+             f"{b['records']} ({b['expected']}) | {b['lost']} | {b['duplicate_trials']} | "
+             f"{b['configs_measured_twice']} | tune exit {b['tune_rc']} |", "",
+             f"Hostile inputs through the CLI (each a fresh process and folder): **{h['cases']} cases, "
+             f"{h['tracebacks']} tracebacks, {h['silent_successes']} silent successes, {h['not_one_line']} answers "
+             f"other than a one-line error** (targets: 0, 0, 0); slowest case {h['slowest_s']:.1f} s (process start "
+             "included). The cases: hostile tuning logs given to `report` and `export` (nesting, huge integers, "
+             "NaN, zero and negative costs, wrong types, garbage), logs that are folders, devices or under a file, "
+             "out-of-range and non-ASCII workloads, unknown tuners and boards, hostile export manifests, hostile "
+             "inventories and board entries, shell syntax in provisioning options, a bitstream target outside the "
+             "cache, and a VTA space of millions of configs (answered with its size).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_reliability", description=__doc__.splitlines()[0])
+    p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--write-docs", action="store_true")
+    args = p.parse_args(argv)
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory(prefix="edgetune-reliability-") as d:
+        home = Path(d)
+        for sub in ("k", "w", "b"):
+            (home / sub).mkdir()
+        result = {"environment": environment("python -m bench.bench_reliability " + " ".join(argv or sys.argv[1:])),
+                  "sigkill": sigkills(args.kills, rng, home / "k"), "two_writers": two_writers(home / "w"),
+                  "board_killed": board_killed(home / "b"), "hostile": hostile(home)}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    text = section(result)
+    print(text)
+    if args.write_docs:
+        write_doc_section(DOC, SECTION, text)
+
+
+if __name__ == "__main__":
+    main()

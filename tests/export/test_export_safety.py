@@ -1,0 +1,160 @@
+"""Nothing is loaded or run from an export unless it is listed, hashed and inside the folder; ``--force``
+replaces only an edgetune export; hostile manifests and programs are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from toolkit.backends import make_task
+from toolkit.boards import resolve_board
+from toolkit.cli.app import app
+from toolkit.export import ExportError, export, load_export, sha256_file
+from toolkit.tuning.core.runner import MeasureOptions
+from toolkit.tuning.session import tune
+from toolkit.tuning.tuners.base import make_tuner
+from toolkit.vta.errors import ProgramFormatError
+from toolkit.vta.program import Program
+from toolkit.workloads import parse_workload
+
+VTA_WL = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
+cli = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def vta_export(tmp_path_factory):
+    root = tmp_path_factory.mktemp("safety")
+    log = root / "fsim.jsonl"
+    tune(make_task(parse_workload(VTA_WL), resolve_board("vta-fsim")), make_tuner("random", seed=0), 8, log=log,
+         measure_options=MeasureOptions(check=True))
+    export(log, root / "export")
+    return root / "export"
+
+
+def _copy(src, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def _edit_manifest(folder, change):
+    path = folder / "manifest.json"
+    m = json.loads(path.read_text())
+    change(m)
+    path.write_text(json.dumps(m))
+
+
+def _one_line(result) -> str:
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("path", ["../evil.vtaprog", "/tmp/evil.vtaprog", "kernels/../../evil", "kernels//x", ""])
+def test_a_kernel_file_outside_the_folder_is_refused(vta_export, tmp_path, path):
+    folder = _copy(vta_export, tmp_path)
+
+    def point(m):
+        m["kernels"][0]["files"]["program"] = path
+        m["files"][path] = "0" * 64
+
+    _edit_manifest(folder, point)
+    with pytest.raises(ExportError, match="not a plain path inside the export|does not list"):
+        load_export(folder)
+
+
+def test_a_kernel_file_the_manifest_does_not_hash_is_refused(vta_export, tmp_path):
+    folder = _copy(vta_export, tmp_path)
+    extra = folder / "kernels" / "other.vtaprog"
+    shutil.copy(next((folder / "kernels").glob("*.vtaprog")), extra)
+    _edit_manifest(folder, lambda m: m["kernels"][0]["files"].update(program="kernels/other.vtaprog"))
+    with pytest.raises(ExportError, match="does not list and hash"):
+        load_export(folder)
+
+
+def test_a_symlinked_kernel_file_is_refused_even_with_the_right_hash(vta_export, tmp_path):
+    folder = _copy(vta_export, tmp_path)
+    prog = next((folder / "kernels").glob("*.vtaprog"))
+    outside = tmp_path / "outside.vtaprog"
+    shutil.move(prog, outside)
+    prog.symlink_to(outside)
+    assert sha256_file(prog) == json.loads((folder / "manifest.json").read_text())["files"][
+        str(prog.relative_to(folder))]
+    with pytest.raises(ExportError, match="symlink"):
+        load_export(folder)
+
+
+def test_a_symlinked_or_huge_manifest_is_refused(vta_export, tmp_path):
+    folder = _copy(vta_export, tmp_path)
+    real = tmp_path / "m.json"
+    shutil.move(folder / "manifest.json", real)
+    (folder / "manifest.json").symlink_to(real)
+    with pytest.raises(ExportError, match="not an edgetune export"):
+        load_export(folder)
+    (folder / "manifest.json").unlink()
+    (folder / "manifest.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ExportError, match="nested too deeply|not a JSON object"):
+        load_export(folder)
+
+
+def test_force_replaces_an_export_but_never_another_folder(vta_export, tmp_path):
+    log = vta_export / "tuning-log.jsonl"
+    again = _copy(vta_export, tmp_path)
+    export(log, again, force=True)                           # an earlier export: replaced
+    assert load_export(again).kernels
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.js").write_text("console.log(1)\n")
+    (project / "manifest.json").write_text('{"name": "my-app"}\n')
+    r = cli.invoke(app, ["export", "--log", str(log), "--out", str(project), "--force"])
+    assert "not an edgetune export" in _one_line(r)
+    assert (project / "src" / "main.js").read_text() == "console.log(1)\n"
+    (again / "notes.txt").write_text("mine\n")                # an export plus a file of the user's
+    r = cli.invoke(app, ["export", "--log", str(log), "--out", str(again), "--force"])
+    assert "does not list" in _one_line(r) and (again / "notes.txt").exists()
+
+
+def test_a_symlinked_out_folder_is_refused(vta_export, tmp_path):
+    target = tmp_path / "real"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    r = cli.invoke(app, ["export", "--log", str(vta_export / "tuning-log.jsonl"), "--out", str(tmp_path / "link")])
+    assert "symlink" in _one_line(r)
+
+
+def _program_with_header(vta_export, change) -> bytes:
+    prog = Program.load(next((vta_export / "kernels").glob("*.vtaprog")))
+    hw = prog.hw
+    data = bytearray(prog.to_bytes())
+    import struct
+    import zlib
+
+    from toolkit.vta import program as module
+
+    fixed = len(module.MAGIC) + module._HEADER.size
+    version, hw_len, layout_len, n_insns, n_uops = module._HEADER.unpack_from(data, len(module.MAGIC))
+    hw_json = json.loads(data[fixed: fixed + hw_len])
+    layout = json.loads(data[fixed + hw_len: fixed + hw_len + layout_len])
+    change(hw_json, layout)
+    new_hw, new_layout = json.dumps(hw_json).encode(), json.dumps(layout).encode()
+    rest = bytes(data[fixed + hw_len + layout_len: -4])
+    body = (module.MAGIC + module._HEADER.pack(version, len(new_hw), len(new_layout), n_insns, n_uops)
+            + new_hw + new_layout + rest)
+    assert hw.insn_bytes
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+@pytest.mark.parametrize("change,what", [
+    (lambda hw, lay: lay["regions"][0].update(nbytes=1 << 40), "out of range"),
+    (lambda hw, lay: lay["regions"][0].update(shape=[1 << 20, 1 << 20]), "does not fit"),
+    (lambda hw, lay: lay["regions"][0].update(dtype="float128"), "bad name, dtype"),
+    (lambda hw, lay: hw.update(CLOCK_MHZ=float("inf")), "CLOCK_MHZ"),
+    (lambda hw, lay: hw.update(LOG_BLOCK=4.5), "integer"),
+    (lambda hw, lay: lay.update(meta=[1]), "meta"),
+])
+def test_hostile_program_headers_are_format_errors(vta_export, change, what):
+    with pytest.raises(ProgramFormatError, match=what):
+        Program.from_bytes(_program_with_header(vta_export, change))
