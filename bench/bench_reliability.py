@@ -24,9 +24,10 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from toolkit.bench import environment, write_doc_section
+from toolkit.testing.bad_inputs import CASES, Case, run_case
 from toolkit.tuning.journal import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,22 +71,26 @@ def _audit(log: Path, n: int, snapshots: list[list[str]]) -> dict[str, Any]:
             "trials_in_order": [r.trial for r in recs] == list(range(len(recs)))}
 
 
+KILL_TRIALS = 1500
+"""Budget of the SIGKILL scenario: resnet18.C2 (2304 configs) runs several seconds, so kills land mid-run."""
+
+
 def sigkills(kills: int, rng: random.Random, home: Path) -> dict[str, Any]:
     """Kill a tune at random moments, resume each time, then let it finish."""
     env, log = _env(home), home / "kill.jsonl"
     snapshots, killed_at = [], []
     for _ in range(kills):
-        proc = _tune(log, env)
-        delay = rng.uniform(1.5, 4.0)       # imports take ~1.5 s: most kills land mid-tuning
+        proc = _tune(log, env, n=KILL_TRIALS, workload="resnet18.C2")
+        delay = rng.uniform(1.0, 3.0)       # imports take ~1 s: the kills land mid-tuning
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         killed_at.append(round(delay, 2))
         snapshots.append(_lines(log))
-    final = _tune(log, env)
-    rc = final.wait(timeout=600)
+    final = _tune(log, env, n=KILL_TRIALS, workload="resnet18.C2")
+    rc = final.wait(timeout=900)
     return {"kills": kills, "kill_after_s": killed_at, "final_rc": rc,
-            "records_at_kills": [len(s) for s in snapshots], **_audit(log, 200, snapshots)}
+            "records_at_kills": [len(s) for s in snapshots], **_audit(log, KILL_TRIALS, snapshots)}
 
 
 def two_writers(home: Path) -> dict[str, Any]:
@@ -145,96 +150,22 @@ def board_killed(home: Path) -> dict[str, Any]:
 
 
 # -- hostile inputs --------------------------------------------------------------------------------------------
-Setup = Callable[[Path], None]
-
-
-def _write(name: str, text: str | bytes) -> Setup:
-    def setup(d: Path) -> None:
-        path = d / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return setup
-
-
-HEADER = json.dumps({"edgetune_log": 1, "edgetune": "0.1.0", "tvm": "0.27", "created": 0.0,
-                     "task": {"workload": {"n": 1, "h": 14, "w": 14, "ci": 32, "co": 32, "kh": 3, "kw": 3, "sh": 1,
-                                           "sw": 1, "ph": 1, "pw": 1, "name": None}, "board": "vta-fsim"}})
-RECORD = {"workload": {"n": 1, "h": 14}, "board": "vta-fsim", "tuner": "random", "trial": 0, "config": {},
-          "index": 0, "costs": [1e-3]}
-HOSTILE_LOGS = {
-    "deep nesting": "[" * 200000 + "]" * 200000,
-    "5000-digit integer": '{"trial": ' + "9" * 5000 + "}",
-    "NaN cost": json.dumps({**RECORD, "costs": [float("nan")]}),
-    "zero cost": json.dumps({**RECORD, "costs": [0]}),
-    "negative cost": json.dumps({**RECORD, "costs": [-1]}),
-    "string trial": json.dumps({**RECORD, "trial": "x"}),
-    "list config": json.dumps({**RECORD, "config": []}),
-    "unknown error": json.dumps({**RECORD, "error": "melted"}),
-    "binary garbage": "\x00\xff\xfe garbage",
-    "a JSON list": "[1, 2, 3]",
-}
-CASES: list[tuple[str, list[str], Setup | None]] = [
-    *[(f"report: log with {k}", ["report", "L.jsonl", "--out", "r.png"], _write("L.jsonl", f"{HEADER}\n{v}\n"))
-      for k, v in HOSTILE_LOGS.items()],
-    *[(f"export: log with {k}", ["export", "--log", "L.jsonl", "--out", "x"], _write("L.jsonl", f"{HEADER}\n{v}\n"))
-      for k, v in HOSTILE_LOGS.items()],
-    ("tune: --log is a folder", ["tune", "-w", SMALL, "-n", "1", "--log", "."], None),
-    ("tune: --log /dev/null", ["tune", "-w", SMALL, "-n", "1", "--log", "/dev/null", "--resume"], None),
-    ("tune: --log /dev/full", ["tune", "-w", SMALL, "-n", "1", "--log", "/dev/full", "--resume"], None),
-    ("tune: --log under a file", ["tune", "-w", SMALL, "-n", "1", "--log", "f/L.jsonl"], _write("f", "x")),
-    ("tune: --resume on a text file", ["tune", "-w", SMALL, "-n", "1", "--log", "t.txt", "--resume"],
-     _write("t.txt", "my notes")),
-    ("tune: workload H too large", ["tune", "-w", "conv2d:H=99999999999999999999,W=7,CI=16,CO=16,K=3", "-n", "1"], None),
-    ("tune: huge workload", ["tune", "-w", "conv2d:N=720720,H=720720,W=720720,CI=720720,CO=720720,K=1", "-n", "1",
-                             "-t", "ml2tuner"], None),
-    ("tune: Arabic-Indic digits", ["tune", "-w", "conv2d:H=٥٦,W=56,CI=64,CO=64,K=3", "-n", "1"], None),
-    ("tune: unknown tuner", ["tune", "-w", SMALL, "-n", "1", "-t", "nosuch"], None),
-    ("tune: unknown board", ["tune", "-w", SMALL, "-n", "1", "-b", "nosuch"], None),
-    ("tune: --tvm-compat on local", ["tune", "-w", SMALL, "-n", "1", "-b", "local", "--tvm-compat"], None),
-    ("run: not an export", ["run", "."], None),
-    ("run: manifest is a list", ["run", "e"], _write("e/manifest.json", "[]")),
-    ("run: deep manifest", ["run", "e"], _write("e/manifest.json", "[" * 200000 + "]" * 200000)),
-    ("vta run: config with Infinity", ["vta", "compile", "-w", SMALL, "--config", "{\"tile_h\": Infinity}"], None),
-    ("board add: host with spaces", ["board", "add", "b", "--type", "rpi4", "--host", "a b"], None),
-    ("board add: empty host", ["board", "add", "b", "--type", "rpi4", "--host", ""], None),
-    ("board add: name with newline", ["board", "add", "b\n", "--type", "rpi4", "--host", "10.0.0.2"], None),
-    ("board list: inventory with port 99999", ["board", "list"],
-     _write("config/edgetune/inventory.toml", '[boards.p]\ntype = "rpi4"\nhost = "10.0.0.2"\nport = 99999\n')),
-    ("board list: inventory naming vta-fsim", ["board", "list"],
-     _write("config/edgetune/inventory.toml", '[boards.vta-fsim]\ntype = "vta-fsim"\n')),
-    ("board provision: --remote-dir injection", ["board", "provision", "p", "--dry-run", "--remote-dir", "~/x';id"],
-     _write("config/edgetune/inventory.toml", '[boards.p]\ntype = "rpi4"\nhost = "10.0.0.2"\n')),
-    ("bitstream add: --target ../..", ["bitstream", "add", "1x16_i8w8a32_15_15_18_17.bit", "--target", "../..",
-                                       "--hw-ver", "0.0.2"], _write("1x16_i8w8a32_15_15_18_17.bit", b"\0bits")),
-    ("space: huge VTA space", ["space", "-w", "conv2d:H=4096,W=4096,CI=1024,CO=1024,K=3,S=1,P=1"], None),
-]
-"""(what, edgetune arguments, setup of the working folder) for each hostile input."""
-
-SILENT_OK = {"space: huge VTA space"}
-"""Cases whose right answer is a success (with a note), not an error."""
-
-
 def hostile(home: Path) -> dict[str, Any]:
-    rows = []
-    for what, argv, setup in CASES:
-        with tempfile.TemporaryDirectory(dir=home) as d:
-            folder = Path(d)
-            env = {**_env(folder)}
-            if setup is not None:
-                setup(folder)
-            t0 = time.monotonic()
-            proc = subprocess.run([*EDGETUNE, *argv], cwd=folder, env=env, capture_output=True, text=True,
-                                  timeout=300)
-            errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-            rows.append({"case": what, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 2),
-                         "traceback": "Traceback" in proc.stderr + proc.stdout,
-                         "one_line_error": proc.returncode == 2 and len(errors) == 1,
-                         "silent_success": proc.returncode == 0 and what not in SILENT_OK,
-                         "error": (errors or [""])[0][:150]})
+    """Every case of the bad-input suite (:mod:`toolkit.testing.bad_inputs`), each a fresh process and folder."""
+    import concurrent.futures as cf
+
+    def one(case: Case):
+        return run_case(case, Path(tempfile.mkdtemp(dir=home)))
+
+    with cf.ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = list(pool.map(one, CASES))
+    rows = [{"case": o.case.name, "rc": o.rc, "seconds": round(o.seconds, 2), "traceback": o.traceback,
+             "silent_success": o.silent_success, "right": o.right, "error": (o.errors or [""])[0][:150]}
+            for o in outcomes]
     return {"cases": len(rows), "tracebacks": sum(r["traceback"] for r in rows),
             "silent_successes": sum(r["silent_success"] for r in rows),
-            "not_one_line": sum(not r["one_line_error"] and r["case"] not in SILENT_OK for r in rows),
-            "slowest_s": max(r["seconds"] for r in rows), "rows": rows}
+            "not_right": sum(not r["right"] for r in rows), "slowest_s": max(r["seconds"] for r in rows),
+            "slowest_case": max(rows, key=lambda r: r["seconds"])["case"], "rows": rows}
 
 
 def section(result: dict[str, Any]) -> str:
@@ -255,14 +186,15 @@ def section(result: dict[str, Any]) -> str:
              f"| the board's agent SIGKILLed after {b['records_at_kill']} records, started again 3 s later | "
              f"{b['records']} ({b['expected']}) | {b['lost']} | {b['duplicate_trials']} | "
              f"{b['configs_measured_twice']} | tune exit {b['tune_rc']} |", "",
-             f"Hostile inputs through the CLI (each a fresh process and folder): **{h['cases']} cases, "
-             f"{h['tracebacks']} tracebacks, {h['silent_successes']} silent successes, {h['not_one_line']} answers "
-             f"other than a one-line error** (targets: 0, 0, 0); slowest case {h['slowest_s']:.1f} s (process start "
-             "included). The cases: hostile tuning logs given to `report` and `export` (nesting, huge integers, "
-             "NaN, zero and negative costs, wrong types, garbage), logs that are folders, devices or under a file, "
-             "out-of-range and non-ASCII workloads, unknown tuners and boards, hostile export manifests, hostile "
-             "inventories and board entries, shell syntax in provisioning options, a bitstream target outside the "
-             "cache, and a VTA space of millions of configs (answered with its size).", ""]
+             f"Hostile inputs through the CLI (the bad-input suite, `toolkit/testing/bad_inputs.py`, each case a fresh "
+             f"process and folder): **{h['cases']} cases, {h['tracebacks']} tracebacks, {h['silent_successes']} "
+             f"silent successes, {h['not_right']} answers other than the expected one-line error** (targets: 0, 0, 0); "
+             f"slowest case {h['slowest_s']:.1f} s ({h['slowest_case']}; process start included). The cases: malformed, "
+             "out-of-range and non-ASCII workloads, out-of-range and contradictory tuner options, seeds and budgets, "
+             "hostile tuning logs given to `report`, `export` and `tune --resume` (nesting, huge integers, NaN, zero "
+             "and negative costs, wrong types, garbage), logs that are folders, devices, under a file or not logs, "
+             "hostile export manifests, hostile board entries and inventories, shell syntax in provisioning options, "
+             "bad ports, bitstream targets outside the cache, bad VTA configs and shifts, bench and space misuse.", ""]
     return "\n".join(lines) + "\n"
 
 

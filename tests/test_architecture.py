@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
                        "toolkit.tuning", "toolkit.backends"},
     "toolkit.bench": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                       "toolkit.tuning", "toolkit.backends"},
-    "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.bench"},
+    "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.bench", "toolkit.workloads"},
     "toolkit.testing": {"toolkit.errors", "toolkit.tuning"},
 }
 """Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo`` and

@@ -18,7 +18,7 @@ import re
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,13 +47,20 @@ class BoardProfile:
     arch: str
     family: str
     rpc_key: str
-    target: dict[str, Any]
+    target_spec: dict[str, Any]
+    """The profile's ``[target]`` table as written (``mcpu = "auto"`` unresolved); :attr:`target` resolves it."""
     executor: str
     vta: dict[str, Any] | None
     runtime: dict[str, Any]
     cross_compiler: str | None
     ssh: dict[str, Any]
     limits: dict[str, Any]
+
+    @cached_property
+    def target(self) -> dict[str, Any]:
+        """The TVM target as a dict, ``mcpu = "auto"`` replaced by this machine's CPU (imports TVM then, on
+        first use, so listing boards stays fast)."""
+        return _resolve_auto(self.target_spec)
 
     @property
     def is_simulator(self) -> bool:
@@ -108,7 +115,7 @@ def load_profile(name: str) -> BoardProfile:
             arch=raw["arch"],
             family=family,
             rpc_key=raw["rpc_key"],
-            target=_resolve_auto(raw["target"]),
+            target_spec=dict(raw["target"]),
             executor=raw["executor"],
             vta=vta,
             runtime=raw.get("runtime", {}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, Iterable, Sequence
 
 from rich.console import Console
@@ -24,9 +25,11 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def error(message: str) -> None:
-    """Print a one-line error to stderr."""
+def error(message: str, *, as_json: bool = False) -> None:
+    """Print a one-line error to stderr (and with ``as_json`` also ``{"error": message}`` to stdout)."""
     err.print(f"[bold red]error:[/] {_one_line(message)}", markup=True)
+    if as_json:
+        print_json({"error": " ".join(str(message).split())})
 
 
 def warn(message: str) -> None:
@@ -59,8 +62,74 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     out.print(t)
 
 
-def progress(transient: bool = False) -> Progress:
-    """A progress bar for long jobs (trials, builds, benchmarks); writes to stderr."""
+class PlainProgress:
+    """Progress as plain lines on stderr, for logs and pipes (no terminal): one line each time a task passes
+    another tenth of its total, or every :attr:`every_s` seconds while it advances, and its last state when
+    the job ends. A task that never advances prints nothing. The subset of rich's ``Progress`` edgetune uses."""
+
+    every_s = 30.0
+
+    def __init__(self, transient: bool = False) -> None:
+        self._tasks: dict[int, dict[str, Any]] = {}
+        self.transient = transient
+        """A transient bar (a short wait inside a command) prints no lines at all."""
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for t in self._tasks.values():
+            if t["completed"] != t["printed"]:
+                self._print(t)
+
+    def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
+        task_id = len(self._tasks)
+        self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "fields": fields,
+                                "printed": 0, "at": time.monotonic()}
+        return task_id
+
+    def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
+               total: float | None = None, description: str | None = None, **fields: Any) -> None:
+        t = self._tasks[task_id]
+        if total is not None:
+            t["total"] = total
+        if description is not None:
+            t["description"] = description
+        t["fields"].update(fields)
+        if advance:
+            t["completed"] += advance
+        if completed is not None:
+            t["completed"] = completed
+        total_ = t["total"] or 0
+        tenth = max(total_ / 10, 1e-9) if total_ else None
+        crossed = tenth is not None and int(t["completed"] / tenth) > int(t["printed"] / tenth)
+        if t["completed"] != t["printed"] and (crossed or time.monotonic() - t["at"] >= self.every_s):
+            self._print(t)
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def start(self) -> None:
+        """Nothing to start: lines are printed as tasks advance."""
+
+    def stop(self) -> None:
+        """Print the last state of tasks that advanced since their last line."""
+        self.__exit__()
+
+    def _print(self, t: dict[str, Any]) -> None:
+        if self.transient:
+            return
+        total = f"/{t['total']:g}" if t["total"] else ""
+        status = t["fields"].get("status", "")
+        err.print(f"{t['description']}: {t['completed']:g}{total} {status}".rstrip(), markup=False, highlight=False)
+        t["printed"], t["at"] = t["completed"], time.monotonic()
+
+
+def progress(transient: bool = False) -> Progress | PlainProgress:
+    """A progress bar for long jobs (trials, builds, benchmarks) on stderr; plain lines when stderr is not a
+    terminal (:class:`PlainProgress`)."""
+    if not err.is_terminal:
+        return PlainProgress(transient)
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -19,9 +19,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, LogError
 from toolkit.bench import BenchResult
 from toolkit.tuning.journal import Record, read_log
+from toolkit.workloads import Conv2dWorkload
 
 
 def _pyplot():
@@ -70,9 +71,11 @@ def plot_bench(result: BenchResult, path: str | Path | None = None):
                 continue
             arr = _curves(hs)
             x = np.arange(1, arr.shape[1] + 1)
+            none_yet = np.where(np.isnan(arr), np.inf, arr)   # no valid config yet: infinitely slow
             with warnings.catch_warnings():   # all-NaN columns (no valid trial yet) stay NaN
                 warnings.simplefilter("ignore", RuntimeWarning)
-                med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
+                med, lo, hi = np.median(none_yet, 0), np.nanmin(arr, 0), np.max(none_yet, 0)
+            med, hi = np.where(np.isinf(med), np.nan, med), np.where(np.isinf(hi), np.nan, hi)
             ax.plot(x, med, color=colors[t], label=t, lw=1.4)
             ax.fill_between(x, lo, hi, color=colors[t], alpha=0.15, lw=0)
         opt = result.workloads[wl].get("optimum")
@@ -89,8 +92,8 @@ def plot_bench(result: BenchResult, path: str | Path | None = None):
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     s = result.settings
-    fig.suptitle(f"{s.get('board')}: {s.get('trials')} trials, {s.get('seeds')} seed(s) (median, min-max band)",
-                 fontsize=9, y=0.995)
+    fig.suptitle(f"{s.get('board')}: {s.get('trials')} trials, {s.get('seeds')} seed(s) (median, min-max band; "
+                 "a seed without a valid config yet counts as infinitely slow)", fontsize=9, y=0.995)
     top = 1 - 0.55 / fig.get_figheight()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, top + 0.2 / fig.get_figheight()),
                ncol=len(labels), fontsize=8, frameon=False)
@@ -164,10 +167,39 @@ def _load(paths: Sequence[str | Path]) -> list[tuple[str, list[Record]]]:
     out = []
     for p in paths:
         header, records = read_log(p)
+        if not records:
+            raise LogError(f"tuning log {p} has no records (only its header); tune first, then report")
         wl = header.task.get("workload", {})
         label = wl.get("name") or Path(p).stem
         out.append((f"{label} on {header.task.get('board')} ({Path(p).name})", sorted(records, key=lambda r: r.trial)))
     return out
+
+
+def best_rows(paths: Sequence[str | Path], top: int = 5) -> list[dict[str, Any]]:
+    """The ``top`` fastest valid records of every workload of every log, fastest first, as rows: ``log``,
+    ``workload``, ``rank``, ``trial`` (counted from 1), ``seconds``, ``gops``, ``index``, ``config``, ``tuner``,
+    and the workload's ``trials`` and ``valid`` counts. A workload without a valid record has one row with
+    ``rank`` ``None``."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        _, records = read_log(path)
+        if not records:
+            raise LogError(f"tuning log {path} has no records (only its header); tune first")
+        by_workload: dict[str, list[Record]] = {}
+        for r in records:
+            by_workload.setdefault(r.workload_key, []).append(r)
+        for recs in by_workload.values():
+            wl = Conv2dWorkload.from_dict(recs[0].workload)
+            common = {"log": str(path), "workload": wl.label, "trials": len(recs), "valid": sum(r.valid for r in recs)}
+            best = best_configs(recs, top)
+            if not best:
+                rows.append({**common, "rank": None, "trial": None, "seconds": None, "gops": None, "index": None,
+                             "config": None, "tuner": recs[0].tuner})
+            for rank, r in enumerate(best, 1):
+                rows.append({**common, "rank": rank, "trial": r.trial + 1, "seconds": r.seconds,
+                             "gops": wl.flops / r.seconds / 1e9, "index": r.index, "config": r.config,
+                             "tuner": r.tuner})
+    return rows
 
 
 def best_configs(records: Sequence[Record], k: int = 5) -> list[Record]:

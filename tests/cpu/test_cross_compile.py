@@ -14,7 +14,7 @@ EM_ARM, EM_AARCH64 = 40, 183
 
 ARMV7 = dataclasses.replace(
     load_profile("rpi4"), name="rpi3-armv7", arch="armv7l",
-    target={"kind": "llvm", "mtriple": "armv7l-linux-gnueabihf", "mattr": ["+neon"], "mcpu": "cortex-a53",
+    target_spec={"kind": "llvm", "mtriple": "armv7l-linux-gnueabihf", "mattr": ["+neon"], "mcpu": "cortex-a53",
             "mfloat-abi": "hard"},  # gnueabihf: without it ld refuses to link (VFP register arguments)
     cross_compiler="arm-linux-gnueabihf-g++")
 

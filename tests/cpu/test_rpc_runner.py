@@ -150,9 +150,20 @@ def test_a_session_whose_server_died_no_longer_answers(tracker, template, items)
 
 
 def test_a_board_that_never_comes_back_is_board_lost(tracker, template, items):
+    server = start_server(tracker.address, key="gone")
     runner = RPCRunner(*tracker.address, "gone", wait_timeout_s=2)
+    (first,) = runner.run(template, items[:1], MeasureOptions())   # seen once ...
+    assert first.valid
+    server.stop()                                                  # ... then gone for good
     (r,) = runner.run(template, items[:1], MeasureOptions())
     assert r.error == ErrorClass.BOARD_LOST and not r.costs and "did not come back" in r.message
+
+
+def test_a_board_never_registered_fails_fast_naming_the_fix(tracker, template, items):
+    with pytest.raises(BoardError, match=r"no board is registered .* under key 'never'.*board provision"):
+        RPCRunner(*tracker.address, "never", wait_timeout_s=60).run(template, items[:1], MeasureOptions())
+    with pytest.raises(BoardError, match="cannot reach the RPC tracker at 127.0.0.1:1"):
+        RPCRunner("127.0.0.1", 1, "x").run(template, items[:1], MeasureOptions())
 
 
 def test_direct_mode_measures_one_server_and_stop_frees_everything(template, items):

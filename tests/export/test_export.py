@@ -151,7 +151,7 @@ def test_armv7_export_with_the_pynq_host_target_is_a_32bit_arm_library(cpu_log, 
     # target lacks mfloat-abi=hard, without which ld refuses the gnueabihf link; it is added here.
     pynq = load_profile("pynq-z1")
     profile = dataclasses.replace(load_profile("rpi4"), name="pynq-z1-host", arch=pynq.arch,
-                                  target={**pynq.target, "mfloat-abi": "hard"}, cross_compiler=pynq.cross_compiler)
+                                  target_spec={**pynq.target, "mfloat-abi": "hard"}, cross_compiler=pynq.cross_compiler)
     manifest = export(cpu_log, tmp_path / "armv7", board=profile)
     assert _elf(tmp_path / "armv7" / manifest.kernels[0].files["library"]) == (1, EM_ARM)
     assert manifest.arch == "armv7l" and manifest.target["mtriple"] == "armv7a-linux-gnueabihf"

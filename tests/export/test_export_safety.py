@@ -158,3 +158,14 @@ def _program_with_header(vta_export, change) -> bytes:
 def test_hostile_program_headers_are_format_errors(vta_export, change, what):
     with pytest.raises(ProgramFormatError, match=what):
         Program.from_bytes(_program_with_header(vta_export, change))
+
+
+def test_an_export_names_the_bitstream_of_the_config_it_was_tuned_for(tmp_path):
+    from toolkit.vta.config import get_preset
+
+    log = tmp_path / "zcu.jsonl"
+    r = cli.invoke(app, ["tune", "-w", VTA_WL, "-t", "random", "-n", "6", "--vta-config", "zcu102", "--log", str(log)])
+    assert r.exit_code == 0, r.output
+    manifest = export(log, tmp_path / "x")
+    assert manifest.bitstream == get_preset("zcu102").bitstream != get_preset("pynq").bitstream
+    assert f"edgetune run {tmp_path / 'x'} --board" in (tmp_path / "x" / "README.md").read_text()

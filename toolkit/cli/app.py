@@ -14,15 +14,30 @@ from toolkit.version import __version__
 from toolkit.errors import EdgetuneError
 
 
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+"""click's usage error (typer vendors click in newer releases; its public ``BadParameter`` derives from it)."""
+
+
 class _Group(TyperGroup):
     """Root group: turns every :class:`EdgetuneError` into a one-line error and exit code 2."""
 
     def invoke(self, ctx):  # type: ignore[override]
+        args = (*(getattr(ctx, "protected_args", None) or getattr(ctx, "_protected_args", ())), *ctx.args)
+        as_json = "--json" in args
         try:
             return super().invoke(ctx)
         except EdgetuneError as exc:
-            console.error(str(exc))
+            console.error(str(exc), as_json=as_json)
             raise typer.Exit(exc.exit_code) from None
+        except UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else "edgetune"
+            console.error(f"{exc.format_message()} (see `{command} --help`)", as_json=as_json)
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+            console.error(f"{exc.strerror or exc}:{where}; check the path, its folder and permissions",
+                          as_json=as_json)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             console.error("interrupted; every record written so far is kept (resume with --resume)")
             raise typer.Exit(130) from None
@@ -33,7 +48,7 @@ app = typer.Typer(
     name="edgetune",
     help="Tune conv2d kernels on VTA FPGAs, Jetson and Raspberry Pi boards, or the VTA simulator.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )

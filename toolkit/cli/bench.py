@@ -16,6 +16,7 @@ from toolkit.backends.vta.backend import with_vta_preset
 from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
+from toolkit.cli.options import JsonOpt, check_folder
 from toolkit.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench
 
 
@@ -99,6 +100,11 @@ def bench(
         raise ConfigError("--tvm-compat applies to VTA boards only")
     wls = expand_workloads(workloads, first_conv_on_cpu=backend.first_conv_on_cpu)
     names = _split([tuners])
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"tuner(s) {', '.join(twice)} given twice in --tuners; give each once (seeds repeat runs)")
+    for folder in cache_dir or [DEFAULT_CACHE_DIR]:
+        check_folder(Path(folder), "--cache-dir")
     for path, suffix in ((plot, ".png"), (markdown, ".md")):
         if path is not None and path.suffix.lower() != suffix:
             raise ConfigError(f"{path} must end in {suffix}")
@@ -140,11 +146,39 @@ def bench(
 def report(
     logs: Annotated[list[Path], typer.Argument(help="Tuning logs (.jsonl) to report on.", exists=True,
                                                dir_okay=False)],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Report file: .png or .html (PNG embedded + tables).")],
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Report file: .png or .html (PNG embedded + tables); without it the best configs "
+                            "are printed, as `edgetune best` does.")] = None,
     top: Annotated[int, typer.Option(min=1, help="How many of the best configs to list per log.")] = 5,
+    json: JsonOpt = False,
 ) -> None:
     """A tuning log's convergence, valid/invalid trials over time and the best configs' knob values."""
+    if out is None:
+        return best(logs, top, json)
     from toolkit.report import log_report
 
     log_report(logs, out, top)
     console.info(f"wrote {out}")
+
+
+@app.command("best", rich_help_panel="Tune")
+def best(
+    logs: Annotated[list[Path], typer.Argument(help="Tuning logs (.jsonl).", exists=True, dir_okay=False)],
+    top: Annotated[int, typer.Option(min=1, help="How many of the best configs to list per workload.")] = 5,
+    json: JsonOpt = False,
+) -> None:
+    """The best configs of each workload of tuning logs (trials counted from 1)."""
+    from toolkit.report import best_rows
+    from toolkit.tuning.core.space import ConfigSpace
+
+    rows = best_rows(logs, top)
+    if json:
+        console.print_json(rows)
+        return
+    console.table("best configs", ["workload", "rank", "trial", "latency", "GOPS", "config", "valid / trials"],
+                  [(r["workload"], r["rank"] or "-", r["trial"] or "-",
+                    f"{r['seconds'] * 1e3:.4f} ms" if r["seconds"] else "no valid config",
+                    f"{r['gops']:.2f}" if r["gops"] else "-",
+                    (f"#{r['index']} " if r["index"] is not None else "")
+                    + (ConfigSpace.format(r["config"]) if r["config"] else "-"), f"{r['valid']} / {r['trials']}")
+                   for r in rows])

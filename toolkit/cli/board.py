@@ -12,7 +12,7 @@ from toolkit import console
 from toolkit.boards import BUILTIN_BOARDS, BoardEntry, Inventory, load_profile, profile_names
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
-from toolkit.errors import BoardError
+from toolkit.errors import BoardError, InventoryError
 
 board_app = typer.Typer(help="Register and inspect boards.", no_args_is_help=True)
 app.add_typer(board_app, name="board", rich_help_panel="Boards")
@@ -50,6 +50,9 @@ def add(
 @board_app.command("list")
 def list_(inventory: InventoryOpt = None, json: JsonOpt = False) -> None:
     """List registered boards (and the built-in ones)."""
+    if inventory is not None and not Path(inventory).expanduser().exists():
+        raise InventoryError(f"inventory {inventory} does not exist; check the path (`edgetune board add "
+                             "--inventory PATH` creates one)")
     boards = Inventory(inventory).load()
     if json:
         console.print_json({"boards": [_entry_dict(b) for b in boards], "builtin": list(BUILTIN_BOARDS)})

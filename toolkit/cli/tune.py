@@ -14,11 +14,12 @@ from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt
 from toolkit.errors import ConfigError
+from toolkit.tuning.journal import read_log
 from toolkit.tuning.session import TuneSummary, default_log_path, tune as run_tune
-from toolkit.backends import make_runner
+from toolkit.backends import backend_for, make_runner
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.core.space import ConfigSpace
-from toolkit.tuning.tuners.base import make_tuner, tuner_classes
+from toolkit.tuning.tuners.base import make_tuner, tuner_class, tuner_names
 from toolkit.workloads import parse_workload
 from toolkit.backends import make_task
 
@@ -32,6 +33,13 @@ def parse_options(items: list[str] | None) -> dict[str, str]:
             raise ConfigError(f"--option {item!r} is not KEY=VALUE (e.g. --option plan_size=32)")
         out[key.strip()] = value.strip()
     return out
+
+
+def _trials_in(path: Path) -> int:
+    """Trials a log holds (0 when there is none yet)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    return len(read_log(path)[1])
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -53,7 +61,11 @@ def _status(s: TuneSummary) -> str:
 
 @app.command("tune", rich_help_panel="Tune")
 def tune(
-    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials in all (a resumed log's count too).")],
+    trials: Annotated[Optional[int], typer.Option(
+        "--trials", "-n", min=1, help="Trials in all, a resumed log's included (AutoTVM's n_trial).")] = None,
+    more: Annotated[Optional[int], typer.Option(
+        "--more", min=1, help="Continue the log with this many trials beyond the ones it holds (implies --resume).")]
+    = None,
     workload: Annotated[Optional[str], typer.Option(
         "--workload", "-w", help="Workload: a named layer (resnet18.C2) or a spec.")] = None,
     board: Annotated[str, typer.Option("--board", "-b", help="Board name (registered, or vta-fsim / local).")]
@@ -63,7 +75,7 @@ def tune(
     = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an existing log; measured configs are skipped.")]
     = False,
-    seed: Annotated[int, typer.Option(help="Random seed of the tuner.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Random seed of the tuner.")] = 0,
     early_stopping: Annotated[Optional[int], typer.Option(
         "--early-stopping", min=1, help="Stop after this many trials without a better config.")] = None,
     option: Annotated[Optional[list[str]], typer.Option(
@@ -75,6 +87,18 @@ def tune(
                              "records it and export follows it.")] = None,
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Check each config's output against the reference (slower).")] = False,
+    number: Annotated[int, typer.Option(min=1, help="Runs per measurement (TVM's time_evaluator number).",
+                                        rich_help_panel="Measurement")] = 1,
+    repeat: Annotated[int, typer.Option(min=1, help="Measurements per config (their mean is the cost).",
+                                        rich_help_panel="Measurement")] = 3,
+    min_repeat_ms: Annotated[float, typer.Option(
+        "--min-repeat-ms", min=0, help="Raise number so that one measurement lasts at least this long.",
+        rich_help_panel="Measurement")] = 0.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds one config's run may take on the board.",
+                                           rich_help_panel="Measurement")] = 30.0,
+    time_budget: Annotated[Optional[float], typer.Option(
+        "--time-budget", min=1, help="Stop starting new trials after this many seconds (the log keeps them all).",
+        rich_help_panel="Measurement")] = None,
     tracker: Annotated[Optional[str], typer.Option(
         help="RPC tracker HOST:PORT for boards measured over RPC (default: where the board was provisioned).")]
     = None,
@@ -96,14 +120,26 @@ def tune(
         "--first-conv", help="--model on VTA: 'cpu' leaves the first conv on the CPU (as TVM), 'pad' pads it to "
                              "16 channels.", rich_help_panel="Whole network")] = "cpu",
 ) -> None:
-    """Tune one conv2d workload (or, with --model, a whole network) on one board; every trial is logged."""
+    """Tune one conv2d workload (or, with --model, a whole network) on one board; every trial is logged.
+
+    ``--trials N`` is the budget in all: resuming a log of 32 trials with ``-n 40`` tunes 8 more, with
+    ``-n 10`` none. ``--more N`` tunes N more than the log holds.
+    """
     if (workload is None) == (model is None):
         raise ConfigError("give --workload (one layer) or --model (a whole network), exactly one of them")
+    if (trials is None) == (more is None):
+        raise ConfigError("give --trials N (the budget in all) or --more N (trials beyond the log's), one of them")
     brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    if tvm_compat and "tvm_compat" not in backend_for(brd.profile).template_options:
+        raise ConfigError(f"--tvm-compat applies to VTA boards; {brd.name} is a {brd.profile.family} board")
     template_options = {"tvm_compat": True} if tvm_compat else {}
+    if more is not None:
+        resume = True
     if model is not None:
         from toolkit.cli.tune_network import tune_model
 
+        if more is not None:
+            raise ConfigError("--more applies to one workload; give --model with --trials N (the budget in all)")
         return tune_model(model=model, board=brd, trials=trials, tuner=tuner, tuner_options=parse_options(option),
                           scheduler=scheduler, round_trials=round_trials, input_shape=input_shape,
                           first_conv=first_conv, log=log, resume=resume, seed=seed,
@@ -112,6 +148,10 @@ def tune(
     tuner_obj = make_tuner(tuner, seed=seed, **parse_options(option))
     task = make_task(wl, brd, **template_options)
     log_path = log or default_log_path(task)
+    held = _trials_in(log_path) if resume else 0
+    if more is not None:
+        trials = held + more
+    assert trials is not None
     in_process = brd.profile.is_simulator and brd.entry is None
     runner = make_runner(brd, **({"tracker": tracker} if tracker and not in_process else {}))
     with console.progress() as bar:
@@ -122,10 +162,15 @@ def tune(
 
         try:
             summary = run_tune(task, tuner_obj, trials, log=log_path, resume=resume, early_stopping=early_stopping,
-                               runner=runner, measure_options=MeasureOptions(check=check), callback=on_batch)
+                               runner=runner, callback=on_batch, time_budget_s=time_budget,
+                               measure_options=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                                                              timeout_s=timeout, check=check))
         finally:
             runner.close()
         bar.update(bar_id, completed=summary.trials, status=_status(summary))
+    if held >= trials:
+        console.warn(f"{log_path} already holds {held} trials and --trials {trials} counts them: nothing was tuned; "
+                     f"pass --more N to tune N more")
     if json:
         console.print_json({
             "workload": summary.workload, "board": summary.board, "tuner": summary.tuner,
@@ -150,15 +195,31 @@ def tune(
         console.warn(f"no valid config in {summary.trials} trials; see the errors in {log_path}")
 
 
+def _summary(cls: type) -> str:
+    """The first paragraph of a tuner's docstring, on one line."""
+    return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+
+
 @app.command("tuners", rich_help_panel="Tune")
-def tuners(json: JsonOpt = False) -> None:
-    """List the tuners and their options (pass options with `edgetune tune --option KEY=VALUE`)."""
+def tuners(
+    name: Annotated[Optional[str], typer.Argument(help="One tuner: its options in full.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """List the tuners (one line each), or one tuner's options (`edgetune tuners xgb`)."""
+    classes = {n: tuner_class(n) for n in ([name] if name else tuner_names())}
+    if name is None and not json:
+        rows = [(n, _summary(cls), ", ".join(cls.options) or "-") for n, cls in classes.items()]
+        console.table("tuners (one tuner's options in full: `edgetune tuners NAME`)", ["tuner", "what", "options"],
+                      rows)
+        return
     data = {
-        name: {"doc": (cls.__doc__ or "").strip().splitlines()[0],
-               "options": {k: {"default": o.default, "type": o.type.__name__, "doc": o.doc,
-                               **({"choices": list(o.choices)} if o.choices else {})}
-                           for k, o in cls.options.items()}}
-        for name, cls in tuner_classes().items()
+        n: {"doc": _summary(cls),
+            "options": {k: {"default": o.default, "type": o.type.__name__, "doc": o.doc,
+                            **({"choices": list(o.choices)} if o.choices else {}),
+                            **({"low": o.low} if o.low is not None else {}),
+                            **({"high": o.high} if o.high is not None else {})}
+                        for k, o in cls.options.items()}}
+        for n, cls in classes.items()
     }
     if json:
         console.print_json(data)

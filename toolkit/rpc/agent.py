@@ -105,6 +105,35 @@ def register_functions() -> None:
         tvm.register_global_func(name, fn, override=True)
 
 
+HANDSHAKE_S = 2.0
+"""How long a new connection may stay silent before the agent drops it (TVM's loop would wait for it)."""
+
+
+class _HandshakeGuard:
+    """The listening socket as TVM's server loop sees it, except that ``accept`` drops a connection that
+    sends nothing within :data:`HANDSHAKE_S`: one idle TCP connection cannot block every other client."""
+
+    def __init__(self, sock: socket.socket, timeout: float = HANDSHAKE_S) -> None:
+        self._sock, self._timeout = sock, timeout
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        import select
+
+        conn, addr = self._sock.accept()
+        ready, _, _ = select.select([conn], [], [], self._timeout)
+        if ready:
+            return conn, addr
+        log.warning("dropped a connection from %s that sent nothing in %.0f s", addr, self._timeout)
+        conn.close()
+        stand_in, other = socket.socketpair()   # four bytes that are not RPC's magic: TVM's loop closes it
+        other.sendall(b"\0\0\0\0")            # and goes on serving (and pinging the tracker)
+        other.close()
+        return stand_in, addr
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -143,7 +172,8 @@ def serve(args: argparse.Namespace) -> None:
     # reported port differs from the bound one when the board is reached through an SSH tunnel.
     while True:
         try:
-            rpc_server._listen_loop(sock, report_port, args.key, (host, int(tport)), None, args.report_host)
+            rpc_server._listen_loop(_HandshakeGuard(sock), report_port, args.key, (host, int(tport)), None,
+                                    args.report_host)
         except (RuntimeError, OSError, AssertionError) as exc:  # tracker (or its tunnel) gone: keep retrying
             log.warning("tracker %s unreachable (%s); retrying in 2 s", args.tracker, exc)
             time.sleep(2)

@@ -256,6 +256,22 @@ def tracker_summary(host: str, port: int) -> dict[str, Any]:
                          "start it with `edgetune tracker start` or check the address") from None
 
 
+def require_server(host: str, port: int, key: str, board: str, grace_s: float = 10.0) -> None:
+    """Before a run's first measurement: the tracker answers and lists a server under ``key`` within
+    ``grace_s`` (:class:`BoardError` naming what is missing and the command that fixes it). A board that was
+    never seen is not waited for as a lost board is."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        info = tracker_summary(host, port)
+        if any(s.get("key", "").split(":", 1)[-1] == key for s in info.get("server_info", [])):
+            return
+        if time.monotonic() >= deadline:
+            raise BoardError(f"no board is registered with the tracker {host}:{port} under key {key!r}; start its "
+                             f"agent with `edgetune board provision {board}` (`edgetune board status` shows what "
+                             "runs)")
+        time.sleep(0.5)
+
+
 # -- the `local` board: a tracker + server on loopback, shared by everything in this process ----
 
 _LOCAL: dict[str, tuple[TrackerProcess, ServerProcess, list[int]]] = {}

@@ -226,6 +226,9 @@ def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
             raise LogError(f"{where}: JSON nested too deeply for a tuning log; the log is corrupt there (fix or "
                            "delete that line)") from None
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):   # ValueError: an int of > 4300 digits
+            if header is None:
+                raise LogError(f"{where}: not an edgetune tuning log (its first line is no JSON header); choose "
+                               "another --log") from None
             if last and not complete and no > 1:
                 warnings.warn(f"{where}: last line is truncated (interrupted write); skipped it",
                               TruncatedLogWarning, stacklevel=2)
@@ -314,6 +317,7 @@ def open_journal(log: str | Path | None, task: dict[str, Any], *, resume: bool) 
     if log is None:
         return None, []
     path = Path(log)
+    check_log_path(path)
     if path.exists() and path.stat().st_size > 0 and not resume:
         raise LogError(f"tuning log {path} already exists; pass --resume to continue it or choose another --log")
     journal = Journal(path, LogHeader(task))

@@ -100,14 +100,15 @@ def default_log_path(task: Task, root: str | Path = "edgetune-logs") -> Path:
 def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = None, resume: bool = False,
          early_stopping: int | None = None, builder: Builder | None = None, runner: Runner | None = None,
          measure_options: MeasureOptions | None = None, callback: Callback | None = None,
-         batch_size: int | None = None) -> TuneSummary:
+         batch_size: int | None = None, time_budget_s: float | None = None) -> TuneSummary:
     """Tune ``task`` for ``n_trials`` trials in all (a resumed log's trials count towards them).
 
     Every config sent to build+measure is a trial; every failure is an invalid trial; a lost
     board is re-measured, never recorded. With ``log``, each trial is appended durably; with
     ``resume`` the log's trials are restored (header must match the task, else
     :class:`LogError`) and never measured again. ``early_stopping=K`` stops when the best has
-    not improved for ``K`` trials (AutoTVM). Builder and runner default to the board's;
+    not improved for ``K`` trials (AutoTVM); ``time_budget_s`` stops starting new rounds once the run has
+    lasted that long (``stopped="time_budget"``). Builder and runner default to the board's;
     a *driver* tuner (``drives_itself``, e.g. ``metaschedule``) gets the whole run through its
     ``drive(task, n_trials, log=, resume=, runner=, measure_options=, callback=)`` instead;
     ``measure_options`` defaults to timing only (no output check, as AutoTVM); pass
@@ -154,6 +155,9 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
         while summary.trials < n_trials:
             if early_stopping is not None and summary.trials >= summary.best_trial + 1 + early_stopping:
                 summary.stopped = "early_stopping"
+                break
+            if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
+                summary.stopped = "time_budget"
                 break
             t0 = time.perf_counter()
             proposed = tuner.propose(min(batch, n_trials - summary.trials))

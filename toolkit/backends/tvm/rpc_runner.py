@@ -77,10 +77,12 @@ class RPCRunner(Runner):
                  tracker: tuple[str, int] | str | None = None, session_timeout: float | None = None,
                  wait_timeout_s: float = 60.0, priority: int = 1, max_crashes: int = 2, seed: int = 0) -> None:
         self._release: Callable[[], None] | None = None
+        self.board_name = key or ""
         if isinstance(tracker_host, Board):   # make_runner(board): the board's tracker, or a local one
             board = tracker_host
             (tracker_host, tracker_port), self._release = board_tracker(board, tracker)
-            key = board.rpc_key
+            key, self.board_name = board.rpc_key, board.name
+        self._seen = False
         if tracker_port is None:
             raise BoardError("RPCRunner needs a tracker port (or a board)")
         self.host = tracker_host
@@ -168,6 +170,11 @@ class RPCRunner(Runner):
 
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
             options: MeasureOptions) -> list[MeasureResult]:
+        if not self._seen and self.key is not None:
+            from toolkit.rpc.tracker import require_server
+
+            require_server(self.host, self.port, self.key, self.board_name or self.key)
+            self._seen = True
         inputs, ref = self._inputs(template, options.check)
         try:
             return [self._measure(template, config, artifact, options, inputs, ref) for config, artifact in items]

@@ -50,6 +50,7 @@ class VTARPCRunner(Runner):
         self.tracker = board_tracker_address(board.name, tracker)
         self.served: Counter[str] = Counter()
         self.lost = 0
+        self._seen = False
 
     # -- sessions ---------------------------------------------------------------------------------
     def _registered(self) -> bool:
@@ -83,6 +84,11 @@ class VTARPCRunner(Runner):
     # -- measuring --------------------------------------------------------------------------------
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
             options: MeasureOptions) -> list[MeasureResult]:
+        if not self._seen:
+            from toolkit.rpc.tracker import require_server
+
+            require_server(*self.tracker, self.key, self.board.name)
+            self._seen = True
         return [self._run_one(template, config, artifact, options) for config, artifact in items]
 
     def _run_one(self, template: Template, config: Config, artifact: Artifact,

@@ -41,6 +41,12 @@ class VTAConv2dTemplate(Template):
         if not profile.vta or "preset" not in profile.vta:
             raise ConfigError(f"board type {profile.name!r} has no [vta] preset; it cannot run VTA programs")
         self.hw = get_preset(profile.vta["preset"])
+        for what, n, block in (("N", workload.n, self.hw.batch), ("CI", workload.ci, self.hw.block_in),
+                               ("CO", workload.co, self.hw.block_out)):
+            if n % block:
+                raise ConfigError(f"{workload.label}: {what}={n} is not a multiple of {block}, VTA's block on "
+                                  f"{profile.name}: no config can run; pad the channels (`edgetune tune --model` "
+                                  "plans networks that way) or tune it on a CPU board")
 
     def hardware(self) -> dict[str, Any]:
         """The VTA hardware config (``vta_config.json`` keys), stored in log headers."""

@@ -14,7 +14,8 @@ by :meth:`Tuner.setup`, then driven by the tuning loop::
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -26,12 +27,16 @@ from toolkit.tuning.core.space import ConfigSpace
 
 @dataclass(frozen=True)
 class Option:
-    """One tuner option: default, type, and a one-line description."""
+    """One tuner option: default, type, a one-line description, and for numbers the allowed range
+    (``low``/``high``, inclusive unless ``low_open``; :data:`BOUNDS` gives it by option name)."""
 
     default: Any
     doc: str
     type: type = object
     choices: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
 
     def check(self, name: str, value: Any) -> Any:
         """Validate and coerce ``value``; :class:`ConfigError` if it does not fit."""
@@ -39,13 +44,41 @@ class Option:
             try:
                 if self.type is bool and isinstance(value, str):
                     value = {"true": True, "1": True, "false": False, "0": False}[value.lower()]
+                elif self.type is int and isinstance(value, float) and not value.is_integer():
+                    raise ValueError(value)
                 else:
                     value = self.type(value)
-            except (TypeError, ValueError, KeyError):
+            except (TypeError, ValueError, KeyError, OverflowError):
                 raise ConfigError(f"option {name}={value!r} is not a {self.type.__name__}") from None
         if self.choices is not None and value not in self.choices:
             raise ConfigError(f"option {name}={value!r} must be one of {list(self.choices)}")
+        if self.type in (int, float) and value is not None:
+            low = self.low if self.low is not None else (0 if self.type is int else None)
+            if self.type is float and not math.isfinite(value):
+                raise ConfigError(f"option {name}={value!r} must be a finite number")
+            if low is not None and (value < low or (self.low_open and value == low)):
+                raise ConfigError(f"option {name}={value!r} must be {'>' if self.low_open else '>='} {low:g}")
+            if self.high is not None and value > self.high:
+                raise ConfigError(f"option {name}={value!r} must be <= {self.high:g}")
         return value
+
+
+BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
+    # name: (low, high, low open). Integers are >= 0 unless listed; floats need only be finite.
+    "plan_size": (1, None, False), "epsilon": (0, 1, False), "max_rounds": (1, None, False),
+    "sa_chains": (1, None, False), "sa_early_stop": (1, None, False),
+    "episodes": (1, None, False), "max_steps": (1, None, False), "stay_ratio": (0, 1, True),
+    "hidden": (1, None, False), "head_hidden": (1, None, False), "value_hidden": (1, None, False),
+    "temperature": (0, None, True), "lr": (0, None, True), "epochs": (1, None, False),
+    "minibatch": (1, None, False), "gamma": (0, 1, False), "lam": (0, 1, False), "clip": (0, None, True),
+    "c1": (0, None, False), "c2": (0, None, False), "torch_threads": (1, None, False),
+    "k_min": (1, None, False), "k_max": (1, None, False), "k_step": (1, None, False),
+    "k_threshold": (1, None, True), "n_cardinal": (1, None, False), "rl_elite": (0, 1, False),
+    "rl_elite_top": (1, None, False), "precision": (0, 1, True), "v_explore": (0, 1, False),
+    "v_pool": (1, None, False), "pop_size": (2, None, False), "mutation_prob": (0, 1, False),
+    "trials_per_iter": (1, None, False), "build_timeout": (0, None, True),
+}
+"""The range of every numeric option, by name: one meaning per name across the tuners."""
 
 
 @dataclass
@@ -69,14 +102,30 @@ class Tuner(abc.ABC):
     name: ClassVar[str] = ""
     options: ClassVar[dict[str, Option]] = {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options = {k: replace(o, low=BOUNDS[k][0], high=BOUNDS[k][1], low_open=BOUNDS[k][2])
+                       if k in BOUNDS and o.low is None and o.high is None else o for k, o in cls.options.items()}
+
     def __init__(self, seed: int = 0, **options: Any) -> None:
         unknown = set(options) - set(self.options)
         if unknown:
             raise ConfigError(
                 f"tuner {self.name!r} has no option(s) {sorted(unknown)}; options: {sorted(self.options)}"
             )
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
+            raise ConfigError(f"seed {seed!r} must be an integer in 0..{2 ** 32 - 1}")
         self.seed = seed
         self.params = {k: opt.check(k, options.get(k, opt.default)) for k, opt in self.options.items()}
+        self.check_params()
+
+    def check_params(self) -> None:
+        """Refuse option combinations that cannot work (:class:`ConfigError`). Runs in ``__init__``, before
+        any trial; subclasses extend it (call ``super().check_params()``)."""
+        p = self.params
+        if "k_min" in p and "k_max" in p and p["k_min"] > p["k_max"]:
+            raise ConfigError(f"option k_min={p['k_min']} is larger than k_max={p['k_max']}: no cluster count "
+                              "to try; lower k_min or raise k_max")
 
     def setup(self, ctx: TuningContext) -> None:
         """Bind to a task. Subclasses extend this to build their state; call ``super().setup``."""
