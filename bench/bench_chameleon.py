@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.bench import write_doc_section
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [f"C{i}" for i in range(2, 12)]
 TUNERS = ["xgb", "chameleon", "chameleon+", "rl", "sa-as"]
@@ -258,19 +260,6 @@ def target_verdicts(g: dict[str, Any]) -> list[str]:
     ]
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace (or append) the ``## Chameleon`` section of ``path``, leaving other sections alone."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
-    path.write_text(new)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5)
@@ -324,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     (runs_path.parent / "chameleon-summary.json").write_text(json.dumps({"args": vars(args), "summary": summary},
                                                                          indent=1))
     if args.write_docs:
-        write_section(text, ROOT / "docs" / "benchmarks.md")
+        write_doc_section(ROOT / "docs" / "benchmarks.md", SECTION, text)
     return 0
 
 

@@ -20,13 +20,14 @@ import argparse
 import datetime as dt
 import os
 import platform
-import re
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from toolkit.bench import write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "cpu-vs-torch"
@@ -137,13 +138,6 @@ def render(rows: list[dict], args: argparse.Namespace, started: str, load: str, 
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    doc = pattern.sub(lambda _: text + "\n", doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_cpu_vs_torch", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
@@ -179,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     text = render(rows, args, started, load, f"{os.getloadavg()[0]:.1f}")
     print(text)
     if not args.no_doc:
-        write_section(text)
+        write_doc_section(DOC, SECTION, text)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import re
 import statistics
 from pathlib import Path
 
+from toolkit.bench import write_doc_section
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "metaschedule"
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -204,13 +206,6 @@ def load_from_logs(logs: list[Path]) -> str:
     return "; ".join(parts) or "not recorded"
 
 
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    doc = pattern.sub(lambda _: text, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=200)
@@ -240,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.no_doc:
             print(text)
         else:
-            write_section(text + "\n")
+            write_doc_section(DOC, SECTION, text + "\n")
         return
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = f"{os.getloadavg()[0]:.1f}"
@@ -254,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
                          "ms": read_run(ms_log, args.trials)})
             text = render(rows, args, started, load)
             if not args.no_doc:
-                write_section(text)
+                write_doc_section(DOC, SECTION, text)
     print(render(rows, args, started, load))
 
 

@@ -32,7 +32,6 @@ import fcntl
 import json
 import math
 import platform
-import re
 import shlex
 import sys
 import time
@@ -41,6 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
+from toolkit.bench import write_doc_section
 from toolkit import console
 from toolkit.backends import make_task as backend_task
 from toolkit.boards import Board, resolve_board
@@ -224,17 +224,6 @@ def rmse_summary(layers: dict) -> dict[str, float]:
     out["ratio_runs"] = float(np.mean([f["A"] / f["P"] for f in runs]))
     out["runs"] = float(len(runs))
     return out
-
-
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(doc):
-        doc = pattern.sub(lambda _: text, doc)
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(doc)
 
 
 def _coverage(layers: dict) -> dict[str, tuple[list[str], int]]:
@@ -557,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
     for setting, rows in table.items():
         for name, r in rows.items():
             console.info(f"{setting} {name}: {json.dumps(r)}")
-    write_section(section({s: saved[s] for s in table}, table))
+    write_doc_section(DOC, SECTION, section({s: saved[s] for s in table}, table))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import re
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.bench_tuning import build_cache
+from toolkit.bench import write_doc_section
 from toolkit import console
 from toolkit.boards import resolve_board
 from toolkit.backends import backend_for, tasks_of
@@ -186,17 +186,6 @@ def report(res: dict, args: argparse.Namespace, wall_s: float) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(doc):
-        doc = pattern.sub(lambda _: text.rstrip() + "\n\n", doc)
-    else:
-        doc = doc.rstrip() + "\n\n" + text.rstrip() + "\n"
-    DOC.write_text(doc)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=2000)
@@ -212,7 +201,7 @@ def main() -> None:
         print(text)
         return
     plot(res, args.trials, PLOT)
-    write_section(text)
+    write_doc_section(DOC, SECTION, text)
     console.info(text)
 
 

@@ -20,13 +20,13 @@ import argparse
 import datetime as dt
 import math
 import platform
-import re
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
+from toolkit.bench import write_doc_section
 from toolkit import console
 from toolkit.boards import resolve_board
 from toolkit.bench import exhaustive_cache
@@ -170,17 +170,6 @@ def plot(results: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(doc):
-        doc = pattern.sub(lambda _: text, doc)
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_tuning", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=",".join(LAYERS), help="comma-separated ResNet-18 layers (C2..C11)")
@@ -214,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_doc:
         return
     plot(results, PLOT)
-    write_section(_section(results, over, over_large, args))
+    write_doc_section(DOC, SECTION, _section(results, over, over_large, args))
     console.info(f"wrote {PLOT.relative_to(ROOT)} and the section '{SECTION}' of {DOC.relative_to(ROOT)}")
 
 

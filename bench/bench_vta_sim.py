@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.bench import write_doc_section
 from toolkit import console
 from toolkit.testing.shared_data import shared_data_dir
 from toolkit.vta.compiler import compile_conv2d
@@ -136,14 +137,6 @@ def refit() -> TimingParams:
     return params_of(best.x)
 
 
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    doc = pattern.sub(lambda _: text, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + text
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(doc)
-
-
 def _cpu() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     m = re.search(r"Model name:\s*(.+)", out)
@@ -224,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         [r["layer"], f"{r['measured']:.3f}", f"{r['ours']:.3f}", f"{100 * (r['ours'] / r['measured'] - 1):+.1f}%",
          f"{r['tvm']:.3f}" if r["tvm"] is not None else "-"] for r in rows])
     if not args.no_doc:
-        write_section(_section(speed, sweep, rows, params, args))
+        write_doc_section(DOC, SECTION, _section(speed, sweep, rows, params, args))
         console.info(f"wrote the section '{SECTION}' of {DOC.relative_to(ROOT)}")
 
 

@@ -18,11 +18,11 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import statistics
 import time
 from pathlib import Path
 
+from toolkit.bench import write_doc_section
 from toolkit.vta.compiler import check_config, compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError
@@ -150,13 +150,6 @@ def section(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    doc = pattern.sub(lambda _: text + "\n", doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=",".join(LAYERS))
@@ -172,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(res)
     print(text)
     if not args.no_doc:
-        write_section(text)
+        write_doc_section(DOC, SECTION, text)
     return 0
 
 

@@ -83,6 +83,10 @@ class Backend(abc.ABC):
         """The hardware config an export for ``profile`` records (``None``: the target says it all)."""
         return None
 
+    def bitstream(self, profile: BoardProfile) -> str | None:
+        """The FPGA bitstream an export for ``profile`` needs (``None``: no FPGA)."""
+        return None
+
     def tuned_profile(self, profile: BoardProfile, hw: Any, log: Path) -> BoardProfile:
         """The profile a log was tuned with, given the hardware its header records."""
         return profile

@@ -163,10 +163,10 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
         manifest = ExportManifest(
             kind=backend.export_kind, board=name, board_type=profile.name,
             family=profile.family, arch=profile.arch, target=_plain_target(profile), hardware=hardware,
-            bitstream=profile.vta.get("bitstream") if profile.vta else None,
+            bitstream=backend.bitstream(profile),
             log={"file": LOG_FILE, "sha256": sha256_file(log), "source": str(log)},
             tuned_on={"board": tuned_board, "board_type": tuned_type, "target": tuned_target}, kernels=kernels)
-        (stage / README).write_text(readme(manifest))
+        (stage / README).write_text(readme(manifest, str(out_dir)))
         manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*")) if p.is_file()}
         (stage / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
         if out_dir.exists():
@@ -207,8 +207,8 @@ def _plain_target(profile: BoardProfile) -> dict[str, Any]:
 
 
 # ---- README -------------------------------------------------------------------------------------
-def readme(m: ExportManifest) -> str:
-    """The folder's README: what is in it and how to load and call it."""
+def readme(m: ExportManifest, folder: str = "FOLDER") -> str:
+    """The folder's README: what is in it and how to load and call it (``folder``: the export's path)."""
     backend = backend_for(m.family)
     rows = "\n".join(f"| {k.label} | `{', '.join(k.files.values())}` | {k.latency_s * 1e3:.4f} ms |"
                      for k in m.kernels)
@@ -216,7 +216,7 @@ def readme(m: ExportManifest) -> str:
             f"Tuned on {m.tuned_on['board']} ({m.tuned_on['board_type']}); edgetune {m.edgetune}, TVM {m.tvm}. "
             f"`manifest.json` lists every file with its sha256; `{LOG_FILE}` is the tuning log it came from.\n\n"
             f"| workload | files | tuned latency |\n|---|---|---|\n{rows}\n\n"
-            f"Run and check it: `edgetune run {{this folder}} --board BOARD` (a {m.board_type} board"
+            f"Run and check it: `edgetune run {folder} --board BOARD` (a {m.board_type} board"
             f"{backend.readme_run_also}).\n\n")
     return head + backend.readme_usage(m)
 

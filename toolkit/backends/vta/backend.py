@@ -146,6 +146,10 @@ class VTABackend(Backend):
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
         return profile_hw(profile)
 
+    def bitstream(self, profile: BoardProfile) -> str | None:
+        """The bitstream of the profile's VTA preset (``--vta-config zcu102`` on the simulator: ZCU102's)."""
+        return get_preset(profile.vta["preset"]).bitstream
+
     def tuned_profile(self, profile: BoardProfile, hw: Any, log: Path) -> BoardProfile:
         """The profile with the VTA preset the log header's hardware names (``edgetune tune --vta-config
         zcu102`` on ``vta-fsim`` logs the zcu102 config)."""
