@@ -19,13 +19,22 @@ from toolkit.boards import Board, BoardProfile
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.runner import Runner
 from toolkit.tuning.core.space import Config
-from toolkit.tuning.core.template import Template
+from toolkit.errors import ExportError
+from toolkit.tuning.core.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
 if TYPE_CHECKING:   # the export package imports the backends; these names are for annotations only
     from toolkit.export.manifest import ExportManifest, KernelEntry
     from toolkit.rpc.check import Finding
+
+
+def rebuild(template: Template, config: Config) -> Artifact:
+    """Build an exported record's config again; :class:`ExportError` naming it when that fails."""
+    try:
+        return template.build(config)
+    except BuildError as exc:
+        raise ExportError(f"rebuilding {template.workload.label} config #{config.index} failed: {exc}") from None
 
 
 class Backend(abc.ABC):

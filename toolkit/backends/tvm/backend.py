@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from toolkit.backends.base import Backend
+from toolkit.backends.base import Backend, rebuild
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import BoardError, ConfigError, ExportError, last_line
@@ -17,7 +17,7 @@ from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.runner import Runner
 from toolkit.tuning.core.space import Config
-from toolkit.tuning.core.template import BuildError, Template
+from toolkit.tuning.core.template import Template
 from toolkit.workloads import Conv2dWorkload
 
 if TYPE_CHECKING:
@@ -85,10 +85,7 @@ class TVMBackend(Backend):
 
     def write_kernel(self, template: Template, config: Config, folder: Path, stem: str
                      ) -> tuple[dict[str, str], dict[str, Any]]:
-        try:
-            artifact = template.build(config)
-        except BuildError as exc:
-            raise ExportError(f"rebuilding {template.workload.label} config #{config.index} failed: {exc}") from None
+        artifact = rebuild(template, config)
         rel = f"{stem}.so"
         (folder / rel).write_bytes(artifact.payload or Path(artifact.path or "").read_bytes())
         return {"library": rel}, self._signature(template)

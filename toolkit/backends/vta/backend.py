@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from toolkit.backends.base import Backend
+from toolkit.backends.base import Backend, rebuild
 from toolkit.backends.registry import backend_for
 from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
@@ -22,7 +22,7 @@ from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.runner import Runner
 from toolkit.tuning.core.space import Config
-from toolkit.tuning.core.template import BuildError, Template
+from toolkit.tuning.core.template import Template
 from toolkit.vta.config import get_preset, preset_name
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
@@ -171,10 +171,7 @@ class VTABackend(Backend):
         from toolkit.vta.isa import encode_insn
         from toolkit.vta.program import Program
 
-        try:
-            artifact = template.build(config)
-        except BuildError as exc:
-            raise ExportError(f"rebuilding {template.workload.label} config #{config.index} failed: {exc}") from None
+        artifact = rebuild(template, config)
         program = Program.from_bytes(artifact.payload)
         files = {"program": f"{stem}.vtaprog", "insns": f"{stem}.insns.bin", "uops": f"{stem}.uops.bin",
                  "params": f"{stem}.json"}
