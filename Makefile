@@ -7,7 +7,9 @@ APT_PACKAGES := openssh-server openssh-client gcc-aarch64-linux-gnu g++-aarch64-
                 gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf
 DEMO_DIR ?= demo-out
 
-.PHONY: demo test install system-deps bench clean
+EMULATION_PACKAGES := qemu-user-static mmdebstrap iproute2
+
+.PHONY: demo test install system-deps emulated-boards test-emulated bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +32,16 @@ system-deps:
 	fi
 
 test: install system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not emulated"
+
+# Emulated aarch64 boards (Debian arm64 under qemu-user): the image is built once per machine and cached
+# outside the repository (`python -m toolkit.testing.emulated_board path` says where). Needs root.
+emulated-boards: install
+	@$(MAKE) --no-print-directory system-deps APT_PACKAGES="$(EMULATION_PACKAGES)"
+	$(PY) -m toolkit.testing.emulated_board build
+
+test-emulated: install system-deps emulated-boards
+	$(PY) -m pytest -q -m emulated tests/emulated
 
 demo: install
 	$(PY) -m toolkit.demo --out $(DEMO_DIR)

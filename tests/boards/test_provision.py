@@ -90,6 +90,21 @@ def test_dry_run_plans_follow_the_profiles(tmp_path, monkeypatch):
     assert "python3 -m venv" in out and "toolkit.rpc.agent" in out
 
 
+def test_executor_fsim_runs_an_fpga_boards_agent_on_the_simulated_device(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_BITSTREAM_CACHE", str(tmp_path / "bits"))
+    for name, type_ in (("zcu", "zcu102"), ("pi", "rpi4")):
+        _ok("board", "add", name, "--type", type_, "--host", "10.0.0.9")
+    text = json.dumps(_plan("zcu", "--executor", "fsim"))
+    assert "--executor fsim" in text and "--vta-config zcu102" in text
+    assert "upload bitstream" not in text and "--bitstream" not in text and "sudo" not in text  # no FPGA, no root
+    assert "sudo -n" in json.dumps(_plan("zcu"))                     # the FPGA itself still needs both
+    for args, words in ((("zcu", "--executor", "fpga"), "the only other executor is fsim"),
+                        (("pi", "--executor", "fsim"), "runs no VTA programs"),
+                        (("zcu", "--executor", "fsim", "--bitstream", "zcu102/0.0.2/x"), "simulated device")):
+        r = _cli("board", "provision", *args, "--dry-run")
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+
+
 @pytest.mark.slow
 def test_provision_status_logs_stop_over_ssh(sshd, trusted, tracker, tmp_path):
     boards = {"sim1": ("vta-fsim", "127.0.0.2"), "loc1": ("local", "127.0.0.3")}

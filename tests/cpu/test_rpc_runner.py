@@ -118,7 +118,7 @@ def test_server_killed_mid_measurement_is_waited_for_and_measured_again(tracker,
         time.sleep(1.0)
         replacement["server"] = start_server(tracker.address, key="flaky", wait=None)
 
-    runner = _KillOnceRunner(*tracker.address, "flaky", wait_timeout_s=60, kill=kill_while_running)
+    runner = _KillOnceRunner(*tracker.address, "flaky", wait_s=60, kill=kill_while_running)
     try:
         # long enough per item (>= 3 x 150 ms) that the kill lands inside the first measurement
         results = runner.run(template, items[:2], MeasureOptions(number=1, repeat=3, min_repeat_ms=150))
@@ -151,7 +151,7 @@ def test_a_session_whose_server_died_no_longer_answers(tracker, template, items)
 
 def test_a_board_that_never_comes_back_is_board_lost(tracker, template, items):
     server = start_server(tracker.address, key="gone")
-    runner = RPCRunner(*tracker.address, "gone", wait_timeout_s=2)
+    runner = RPCRunner(*tracker.address, "gone", wait_s=2)
     (first,) = runner.run(template, items[:1], MeasureOptions())   # seen once ...
     assert first.valid
     server.stop()                                                  # ... then gone for good
@@ -161,7 +161,7 @@ def test_a_board_that_never_comes_back_is_board_lost(tracker, template, items):
 
 def test_a_board_never_registered_fails_fast_naming_the_fix(tracker, template, items):
     with pytest.raises(BoardError, match=r"no board is registered .* under key 'never'.*board provision"):
-        RPCRunner(*tracker.address, "never", wait_timeout_s=60).run(template, items[:1], MeasureOptions())
+        RPCRunner(*tracker.address, "never", wait_s=60).run(template, items[:1], MeasureOptions())
     with pytest.raises(BoardError, match="cannot reach the RPC tracker at 127.0.0.1:1"):
         RPCRunner("127.0.0.1", 1, "x").run(template, items[:1], MeasureOptions())
 

@@ -163,6 +163,9 @@ def provision(
     bitstream: Annotated[Optional[str], typer.Option(
         help="FPGA boards: load this cached bitstream (TARGET/HW_VER/NAME) instead of the profile's; a mismatch "
              "with the board's VTA config is refused.")] = None,
+    executor: Annotated[Optional[str], typer.Option(
+        metavar="fsim", help="FPGA boards: run the agent's register-level driver against the simulated VTA device "
+                             "instead of the FPGA (no bitstream, no sudo): bring-up and emulated boards.")] = None,
     tunnel: Annotated[Optional[bool], typer.Option(
         "--tunnel/--no-tunnel", help="Reach the board's agent and let it reach the tracker through SSH tunnels kept "
                                      "by a background process, so no RPC port is on any network (default: on, "
@@ -184,7 +187,7 @@ def provision(
     address = tracker_address(tracker) if (tracker or not dry_run) else _dry_tracker()
     opts = prov.ProvisionOptions(tracker=address, remote_dir=remote_dir, python=python,
                                  system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose,
-                                 bitstream=bitstream)
+                                 bitstream=bitstream, executor=executor)
     if tunnel is None:
         tunnel = not expose and not _loopback(entry.host)
     if tunnel:

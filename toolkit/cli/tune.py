@@ -102,6 +102,10 @@ def tune(
     tracker: Annotated[Optional[str], typer.Option(
         help="RPC tracker HOST:PORT for boards measured over RPC (default: where the board was provisioned).")]
     = None,
+    wait_board: Annotated[float, typer.Option(
+        "--wait-board", min=1, metavar="SECONDS",
+        help="Boards over RPC: how long a lost board may take to come back before the run stops (every finished "
+             "trial stays in the log).", rich_help_panel="Measurement")] = 120.0,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
     model: Annotated[Optional[str], typer.Option(
@@ -153,7 +157,8 @@ def tune(
         trials = held + more
     assert trials is not None
     in_process = brd.profile.is_simulator and brd.entry is None
-    runner = make_runner(brd, **({"tracker": tracker} if tracker and not in_process else {}))
+    runner = make_runner(brd, **({} if in_process else {"wait_s": wait_board, "tracker": tracker}))
+    runner.on_wait = console.warn
     with console.progress() as bar:
         bar_id = bar.add_task(f"{tuner} {wl.label}", total=trials, status="")
 

@@ -67,6 +67,8 @@ class ProvisionOptions:
     ``build/libtvm_runtime.so``) instead of installing or building one. ``bitstream``: load this cached
     bitstream (``TARGET/HW_VER/NAME``) instead of the profile's; a mismatch is refused. ``expose``: bind the agent to
     all interfaces (default loopback: clients reach it on the board itself or through a tunnel).
+    ``executor``: ``"fsim"`` runs an FPGA board's agent and register-level driver against the simulated VTA
+    device instead of the FPGA (bring-up before a bitstream, emulated boards): no bitstream, no sudo.
     """
 
     tracker: tuple[str, int]
@@ -79,7 +81,8 @@ class ProvisionOptions:
     report_host: str | None = None
     report_port: int = 0
     bitstream: str | None = None
-    verify_timeout_s: float = 60.0
+    executor: str | None = None
+    verify_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         for flag, value in (("--remote-dir", self.remote_dir), ("--python", self.python)):
@@ -89,6 +92,19 @@ class ProvisionOptions:
             if not plain or (flag == "--remote-dir" and not value.startswith(("/", "~"))):
                 raise BoardError(f"{flag} {value[:60]!r} must be a plain path on the board (letters, digits, "
                                  "'/._+-~', absolute or under ~; a bare command name for --python)")
+        if self.executor not in (None, "fsim"):
+            raise BoardError(f"--executor {self.executor[:20]!r}: the only other executor is fsim (the simulated "
+                             "VTA device); drop --executor to use the board's own")
+
+
+def executor_of(entry: BoardEntry, opts: ProvisionOptions) -> str:
+    """The agent's executor: ``fpga``, ``fsim`` or ``tvm`` (``--executor fsim`` only on VTA boards)."""
+    profile = entry.profile
+    if opts.executor is not None:
+        if not profile.vta:
+            raise BoardError(f"board {entry.name} ({profile.name}) runs no VTA programs; drop --executor")
+        return opts.executor
+    return profile.executor if profile.executor in ("fsim", "fpga") else "tvm"
 
 
 @dataclass
@@ -218,11 +234,14 @@ def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[s
                          f"{' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}", note=note)]
 
 
-def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None) -> tuple[list[Step], str | None]:
+def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None,
+                     executor: str) -> tuple[list[Step], str | None]:
     profile = entry.profile
-    if profile.executor != "fpga":
+    if executor != "fpga":
         if ref:
-            raise BoardError(f"board {entry.name} ({profile.name}) has no FPGA; drop --bitstream")
+            raise BoardError(f"board {entry.name} ({profile.name}) " + (
+                "has no FPGA" if profile.executor != "fpga" else "uses the simulated device (--executor fsim)")
+                + "; drop --bitstream")
         return [], None
     want = bitstreams.parse_ref(ref) if ref else bitstreams.for_profile(profile)
     bitstreams.check_matches(profile, want)
@@ -254,7 +273,7 @@ def agent_command(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[st
                   bitstream: str | None) -> list[str]:
     """The agent's argv on the board."""
     profile = entry.profile
-    executor = profile.executor if profile.executor in ("fsim", "fpga") else "tvm"
+    executor = executor_of(entry, opts)
     bt = opts.board_tracker or opts.tracker
     argv = [py, "-m", "toolkit.rpc.agent", "--tracker", f"{bt[0]}:{bt[1]}",
             "--key", entry.effective_rpc_key, "--executor", executor, "--name", entry.name,
@@ -316,11 +335,12 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
         steps.append(Step("virtualenv", check=f"test -x {q(py)}",
                           command=f"python3 -m venv{flag} {q(p['venv'])}"))
     steps += _runtime_steps(entry, opts, py, p)
-    bit_steps, remote_bit = _bitstream_steps(entry, p, opts.bitstream)
+    executor = executor_of(entry, opts)
+    bit_steps, remote_bit = _bitstream_steps(entry, p, opts.bitstream, executor)
     steps += bit_steps
     argv = agent_command(entry, opts, py, p, remote_bit)
     args_digest = hashlib.sha256(("\0".join(argv) + digest).encode()).hexdigest()[:16]
-    sudo = bool(profile.runtime.get("needs_sudo"))
+    sudo = bool(profile.runtime.get("needs_sudo")) and executor == "fpga"
     env = f"PYTHONPATH={q(p['code'])}"
     if opts.runtime_path is not None or profile.runtime.get("method") == "build-on-board":
         env += f" TVM_LIBRARY_PATH={q(p['tvm'])}/build"
@@ -336,7 +356,7 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     state = {"board": entry.name, "remote_dir": opts.remote_dir, "python": py, "tracker": list(opts.tracker),
              "tunnel": opts.board_tracker is not None,
              "key": entry.effective_rpc_key, "agent_dir": p["agent_dir"], "sudo": sudo,
-             "executor": profile.executor}
+             "executor": executor}
     plan = Plan(entry.name, steps, opts.remote_dir, py, p["agent_dir"], state)
     plan.steps.append(Step("verify", local=_verifier(entry, opts, p), note="tracker lists it; health answers"))
     return plan

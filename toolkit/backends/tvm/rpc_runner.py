@@ -68,14 +68,14 @@ class RPCRunner(Runner):
     (``python -m tvm.exec.rpc_server --host H --port P``), with no tracker.
     ``session_timeout`` bounds one session on the server, which then kills it (a hung kernel);
     default: the run's ``timeout_s`` + 30 s, so a timed-out run frees the board soon;
-    ``wait_timeout_s`` is how long a lost board may take to come back;
+    ``wait_s`` is how long a lost board may take to come back (a slow board re-provisions in a minute);
     ``max_crashes`` is how often a session may die while its server stays registered before
     the kernel is blamed (``RUNTIME_ERROR``).
     """
 
     def __init__(self, tracker_host: str | Board, tracker_port: int | None = None, key: str | None = None, *,
                  tracker: tuple[str, int] | str | None = None, session_timeout: float | None = None,
-                 wait_timeout_s: float = 60.0, priority: int = 1, max_crashes: int = 2, seed: int = 0) -> None:
+                 wait_s: float = 120.0, priority: int = 1, max_crashes: int = 2, seed: int = 0) -> None:
         self._release: Callable[[], None] | None = None
         self.board_name = key or ""
         if isinstance(tracker_host, Board):   # make_runner(board): the board's tracker, or a local one
@@ -89,10 +89,11 @@ class RPCRunner(Runner):
         self.port = int(tracker_port)
         self.key = key
         self.session_timeout = session_timeout
-        self.wait_timeout_s = wait_timeout_s
+        self.wait_s = wait_s
         self.priority = priority
         self.max_crashes = max_crashes
         self.seed = seed
+        self._waited = False
         self.lost_sessions = 0
         """Sessions that died mid-measurement and were measured again."""
         self._data: tuple[int, list[np.ndarray], np.ndarray | None] | None = None
@@ -191,9 +192,11 @@ class RPCRunner(Runner):
         crashes = 0
         lost = "it was not registered"
         while True:
-            if self._live is None and not self.wait_for_board(self.wait_timeout_s):
+            if self._live is None and not self.board_present():
+                self._say_wait(lost)
+            if self._live is None and not self.wait_for_board(self.wait_s):
                 return result(error=ErrorClass.BOARD_LOST,
-                              message=f"{self.where} did not come back within {self.wait_timeout_s:.0f} s ({lost})")
+                              message=f"{self.where} did not come back within {self.wait_s:.0f} s ({lost})")
             try:
                 costs, wrong, note = self._attempt(template, artifact, options, inputs, ref)
             except TimeoutError as exc:
@@ -213,9 +216,18 @@ class RPCRunner(Runner):
                 continue
             except RuntimeError as exc:
                 return result(error=ErrorClass.RUNTIME_ERROR, message=_short(exc))
+            self._waited = False
             if wrong:
                 return result(error=ErrorClass.WRONG_ANSWER, message=wrong)
             return result(costs=costs, message=note)
+
+    def _say_wait(self, why: str) -> None:
+        """Say once per outage that the run waits for the board, for how long and what restores it."""
+        if not self._waited:
+            self._waited = True
+            name = self.board_name or self.where
+            self.waiting(f"{name} is not registered ({why}): waiting up to {self.wait_s:.0f} s for it to come "
+                         f"back (`edgetune board provision {self.board_name or 'NAME'}` restores it)")
 
     def _attempt(self, template: Template, artifact: Artifact, options: MeasureOptions,
                  inputs: list[np.ndarray], ref: np.ndarray | None) -> tuple[list[float], str, str]:
@@ -245,8 +257,8 @@ class RPCRunner(Runner):
             if "run_started" in box:
                 if now - box["run_started"] > options.timeout_s:
                     raise TimeoutError(f"the run did not finish within {options.timeout_s:g} s")
-            elif now - begun > self.wait_timeout_s + 60.0:
-                raise _SessionLost(f"no session and upload within {self.wait_timeout_s + 60.0:.0f} s")
+            elif now - begun > self.wait_s + 60.0:
+                raise _SessionLost(f"no session and upload within {self.wait_s + 60.0:.0f} s")
         if "error" in box:
             raise box["error"]
         self._live = box.get("live")
@@ -287,6 +299,8 @@ class RPCRunner(Runner):
         import tvm
 
         session_timeout = self.session_timeout or options.timeout_s + 30.0
+        if self.key is not None and not self.board_present():   # the tracker queues the request until it is back
+            self._say_wait("it is not registered")
         try:
             sess = self._connect(options.timeout_s)
         except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions

@@ -67,6 +67,9 @@ class VTARPCRunner(Runner):
         from tvm import rpc
 
         deadline = time.monotonic() + self.wait_s
+        if not self._registered():
+            self.waiting(f"no board with RPC key {self.key!r} is registered: waiting up to {self.wait_s:.0f} s for "
+                         f"one (`edgetune board provision {self.board.name}` restores it)")
         while True:
             if self._registered():
                 try:

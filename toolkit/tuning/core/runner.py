@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from toolkit.errors import BoardLostError
 from toolkit.tuning.core.result import MeasureResult
@@ -47,7 +47,17 @@ class MeasureOptions:
 
 
 class Runner(abc.ABC):
-    """Measures artifacts. Implementations: the in-process simulator, TVM RPC boards."""
+    """Measures artifacts. Implementations: the in-process simulator, TVM RPC boards.
+
+    ``on_wait`` (set by whoever shows progress) is told, in one line, whenever the runner waits for a board.
+    """
+
+    on_wait: Callable[[str], None] | None = None
+
+    def waiting(self, message: str) -> None:
+        """Say what the runner waits for (through ``on_wait``; silent without one)."""
+        if self.on_wait is not None:
+            self.on_wait(message)
 
     @abc.abstractmethod
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],

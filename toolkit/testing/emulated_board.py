@@ -1,0 +1,378 @@
+"""Emulated aarch64 boards: a Debian arm64 userland run by ``qemu-user`` through ``binfmt_misc``.
+
+An image is built once per machine from Debian's packages (``mmdebstrap``) and PyPI (the aarch64
+``apache-tvm`` wheel and what the board side imports), and cached under
+``$EDGETUNE_EMULATED_CACHE`` (default ``~/.cache/edgetune/emulated``) in a folder named by a hash of
+its :class:`Recipe`. A board started from it runs in its own network namespace (reached from here on a
+veth pair, ``10.213.N.2``) and its own process namespace (``tini`` is its init and reaps orphans; the
+board sees only its own processes), on an overlay of the image (the image is never written), with its own
+``sshd``, a fresh host key and one authorised client key (key-only login, as root). Nothing but SSH
+reaches it: the board's loopback, where the agent listens, is its own.
+
+    python -m toolkit.testing.emulated_board build     # once per machine (minutes)
+    python -m toolkit.testing.emulated_board check     # start a board, log in, import tvm, stop
+
+Needs root (namespaces, mounts), ``qemu-user-static``, ``mmdebstrap`` and ``iproute2`` from Debian.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from toolkit.errors import EdgetuneError
+
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+BINFMT_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
+"""Debian's ``qemu-user-static`` registration line for aarch64 ELF files (flag ``F``: works in a chroot)."""
+SITE = "usr/local/lib/python3.11/dist-packages"
+SUBNET = "10.213"
+
+
+class EmulationUnavailable(EdgetuneError):
+    """This machine cannot run emulated boards; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What an emulated board image holds; its hash names the cache folder."""
+
+    suite: str = "bookworm"
+    arch: str = "arm64"
+    mirror: str = "http://deb.debian.org/debian"
+    packages: tuple[str, ...] = ("openssh-server", "python3", "python3-venv", "ca-certificates", "procps",
+                                 "iproute2", "tini")
+    wheels: tuple[str, ...] = ("apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy", "tornado",
+                               "psutil", "cloudpickle")
+    wheel_platforms: tuple[str, ...] = ("manylinux_2_28_aarch64", "manylinux2014_aarch64")
+    python: str = "3.11"
+
+    @property
+    def key(self) -> str:
+        """Twelve hex digits of the recipe's SHA-256."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    """``$EDGETUNE_EMULATED_CACHE``, else ``$XDG_CACHE_HOME/edgetune/emulated`` (``~/.cache``)."""
+    if os.environ.get("EDGETUNE_EMULATED_CACHE"):
+        return Path(os.environ["EDGETUNE_EMULATED_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "edgetune" / "emulated"
+
+
+def image_dir(recipe: Recipe = Recipe()) -> Path:
+    """Where the image of ``recipe`` lives (it may not be built yet)."""
+    return cache_root() / f"{recipe.suite}-{recipe.arch}-{recipe.key}"
+
+
+def kernel_has_binfmt() -> bool:
+    """Does this kernel support ``binfmt_misc`` at all (registered or not)."""
+    try:
+        return "binfmt_misc" in Path("/proc/filesystems").read_text() or BINFMT_DIR.joinpath("status").exists()
+    except OSError:
+        return False
+
+
+def skip_reason() -> str | None:
+    """Why emulated boards are skipped here, or ``None``: only ``EDGETUNE_SKIP_EMULATED=1`` or a kernel
+    without ``binfmt_misc`` skip them; anything else missing is an error to fix."""
+    if os.environ.get("EDGETUNE_SKIP_EMULATED") == "1":
+        return "EDGETUNE_SKIP_EMULATED=1"
+    if not kernel_has_binfmt():
+        return "this kernel has no binfmt_misc (emulated aarch64 boards need it)"
+    return None
+
+
+def ensure_binfmt() -> None:
+    """Mount ``binfmt_misc`` and register Debian's qemu-aarch64 handler where they are not yet."""
+    if os.geteuid() != 0:
+        raise EmulationUnavailable("emulated boards need root (network namespaces, mounts, chroot)")
+    if not kernel_has_binfmt():
+        raise EmulationUnavailable("this kernel has no binfmt_misc: emulated aarch64 boards cannot run here")
+    if not BINFMT_DIR.joinpath("register").exists():
+        _run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT_DIR)], "mount binfmt_misc")
+    entry = BINFMT_DIR / "qemu-aarch64"
+    if entry.exists():
+        if entry.read_text().splitlines()[0] != "enabled":
+            entry.write_text("1")
+        return
+    if not BINFMT_CONF.is_file():
+        raise EmulationUnavailable("qemu-user-static is not installed (apt-get install qemu-user-static)")
+    line = next(x for x in BINFMT_CONF.read_text().splitlines() if x.startswith(":"))
+    BINFMT_DIR.joinpath("register").write_text(line)
+
+
+def require_tools() -> None:
+    """The Debian tools the images and boards need, or one line naming the packages."""
+    missing = [pkg for tool, pkg in (("mmdebstrap", "mmdebstrap"), ("ip", "iproute2"), ("unshare", "util-linux"),
+                                     ("ssh-keygen", "openssh-client"), ("qemu-aarch64-static", "qemu-user-static"))
+               if shutil.which(tool) is None]
+    if missing:
+        raise EmulationUnavailable(f"missing Debian packages for emulated boards: apt-get install {' '.join(missing)}")
+
+
+def _run(argv: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    if r.returncode != 0:
+        tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+        raise EmulationUnavailable(f"{what} failed (exit {r.returncode}): {tail}")
+    return r
+
+
+# -- the image ---------------------------------------------------------------------------------
+
+
+def build_image(recipe: Recipe = Recipe(), say: Callable[[str], None] = print) -> Path:
+    """Build the image of ``recipe`` unless it is cached; its folder (``rootfs/`` and ``image.json``)."""
+    target = image_dir(recipe)
+    if (target / "image.json").is_file():
+        return target
+    require_tools()
+    ensure_binfmt()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process building {target.name} ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "image.json").is_file():
+            return target
+        return _build(recipe, target, say)
+
+
+def _build(recipe: Recipe, target: Path, say: Callable[[str], None]) -> Path:
+    start = time.monotonic()
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    rootfs = partial / "rootfs"
+    say(f"building the {recipe.suite} {recipe.arch} userland with mmdebstrap (about 2 minutes) ...")
+    _run(["mmdebstrap", f"--arch={recipe.arch}", "--variant=minbase", "--include=" + ",".join(recipe.packages),
+          recipe.suite, str(rootfs), recipe.mirror], "mmdebstrap", timeout=3600)
+    debian_s = time.monotonic() - start
+    say("installing the aarch64 wheels from PyPI ...")
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary=:all:",
+           "--python-version", recipe.python, "--implementation", "cp", "--target", str(rootfs / SITE)]
+    for plat in recipe.wheel_platforms:
+        pip += ["--platform", plat]
+    _run(pip + list(recipe.wheels), "pip install of the aarch64 wheels", timeout=3600)
+    say("checking that the board's python imports tvm under emulation ...")
+    probe = _run(["chroot", str(rootfs), "/usr/bin/python3", "-c",
+                  "import platform, numpy, tvm; print(platform.machine(), tvm.__version__)"], "the image's python",
+                 timeout=600).stdout.split()
+    if probe[:1] != ["aarch64"]:
+        raise EmulationUnavailable(f"the image's python runs as {probe[:1]}, not aarch64")
+    size = int(_run(["du", "-sb", str(rootfs)], "du").stdout.split()[0])
+    info = {"recipe": asdict(recipe), "key": recipe.key, "tvm": probe[1], "seconds": round(time.monotonic() - start, 1),
+            "debian_seconds": round(debian_s, 1), "bytes": size}
+    (partial / "image.json").write_text(json.dumps(info, indent=1) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    say(f"image {target.name}: {size / 2**20:.0f} MiB, built in {info['seconds']:.0f} s")
+    return target
+
+
+def image_info(recipe: Recipe = Recipe()) -> dict | None:
+    """``image.json`` of the built image, or ``None``."""
+    path = image_dir(recipe) / "image.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# -- a running board ---------------------------------------------------------------------------
+
+
+@dataclass
+class EmulatedBoard:
+    """One running emulated board: ``ssh root@address`` with ``client_key``; ``known_hosts_line`` trusts it."""
+
+    netns: str
+    address: str
+    host_address: str
+    workdir: Path
+    client_key: Path
+    host_key_pub: str
+    port: int = 22
+    sshd_pid: int = 0
+    _log: Path = field(default=Path(), repr=False)
+
+    @property
+    def known_hosts_line(self) -> str:
+        return f"{self.address} {self.host_key_pub}\n"
+
+    def pids(self) -> list[int]:
+        """Every process running in the board's network namespace."""
+        r = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
+        return [int(p) for p in r.stdout.split()]
+
+    def stop(self) -> None:
+        """Kill everything on the board, remove its namespace and its overlay."""
+        for _ in range(3):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", f"{self.netns}h"], capture_output=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 5) -> str:
+        """The end of the board's sshd log."""
+        try:
+            return " | ".join(self._log.read_text().strip().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _free_slot() -> int:
+    taken = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    for n in range(1, 250):
+        if f"etb{n}" not in taken and f"etb{n}h" not in links:
+            return n
+    raise EmulationUnavailable("no free slot for an emulated board (250 running?)")
+
+
+SSHD_CONFIG = """Port 22
+ListenAddress {address}
+HostKey /etc/ssh/edgetune_host_key
+AuthorizedKeysFile /root/.ssh/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AllowTcpForwarding yes
+Subsystem sftp /usr/lib/openssh/sftp-server
+LogLevel ERROR
+MaxStartups 50
+"""
+
+
+def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0) -> EmulatedBoard:
+    """Start an emulated board from a built image; it answers SSH when this returns."""
+    require_tools()
+    ensure_binfmt()
+    rootfs = image / "rootfs"
+    if not (image / "image.json").is_file():
+        raise EmulationUnavailable(f"no emulated board image in {image}; run "
+                                   "`python -m toolkit.testing.emulated_board build`")
+    slot = _free_slot()
+    netns = f"etb{slot}"
+    work = Path(workdir or tempfile.mkdtemp(prefix=f"edgetune-{netns}-"))
+    upper, scratch, merged = work / "upper", work / "work", work / "root"
+    for d in (upper / "etc/ssh", upper / "root/.ssh", scratch, merged):
+        d.mkdir(parents=True, exist_ok=True)
+    for key in ("client_key", "host_key"):
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"edgetune-{netns}", "-f", str(work / key)],
+             "ssh-keygen")
+    host, board = f"{SUBNET}.{slot}.1", f"{SUBNET}.{slot}.2"
+    shutil.copy(work / "host_key", upper / "etc/ssh/edgetune_host_key")
+    os.chmod(upper / "etc/ssh/edgetune_host_key", 0o600)
+    (upper / "etc/ssh/edgetune_sshd_config").write_text(SSHD_CONFIG.format(address=board))
+    (upper / "root/.ssh").chmod(0o700)
+    (upper / "root/.ssh/authorized_keys").write_text((work / "client_key.pub").read_text())
+    os.chmod(upper / "root/.ssh/authorized_keys", 0o600)
+    (upper / "etc/hostname").write_text(f"emulated-{netns}\n")
+    ifh, ifb = f"{netns}h", f"{netns}b"
+    for argv in (["ip", "netns", "add", netns], ["ip", "link", "add", ifh, "type", "veth", "peer", "name", ifb],
+                 ["ip", "link", "set", ifb, "netns", netns], ["ip", "addr", "add", f"{host}/24", "dev", ifh],
+                 ["ip", "link", "set", ifh, "up"],
+                 ["ip", "netns", "exec", netns, "ip", "addr", "add", f"{board}/24", "dev", ifb],
+                 ["ip", "netns", "exec", netns, "ip", "link", "set", ifb, "up"],
+                 ["ip", "netns", "exec", netns, "ip", "link", "set", "lo", "up"]):
+        _run(argv, " ".join(argv[:4]))
+    mounts = (f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={upper},workdir={scratch} {merged} && "
+              f"mount -t proc proc {merged}/proc && mount --rbind /dev {merged}/dev && "
+              f"mount -t tmpfs tmpfs {merged}/run && mkdir -p {merged}/run/sshd && "
+              f"mount -t tmpfs tmpfs {merged}/tmp && "
+              f"exec chroot {merged} /usr/bin/tini -- /usr/sbin/sshd -D -e -f /etc/ssh/edgetune_sshd_config")
+    log = work / "sshd.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "--mount", "--pid", "--fork",
+                                 "--propagation", "private", "sh", "-c", mounts], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    b = EmulatedBoard(netns, board, host, work, work / "client_key",
+                      " ".join((work / "host_key.pub").read_text().split()[:2]), sshd_pid=proc.pid, _log=log)
+    deadline = time.monotonic() + wait_s
+    while not _banner(board, 22):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = b.log_tail()
+            b.stop()
+            raise EmulationUnavailable(f"the emulated board's sshd did not start: {tail or 'no log'}")
+        time.sleep(0.2)
+    return b
+
+
+def _banner(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1) as s:
+            return s.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def emulated_board(image: Path) -> Iterator[EmulatedBoard]:
+    """A running board for the duration of a ``with`` block."""
+    board = start_board(image)
+    try:
+        yield board
+    finally:
+        board.stop()
+
+
+def check(image: Path, say: Callable[[str], None] = print) -> str:
+    """Start a board, log in over SSH with its key, import tvm on it, stop it; what the board said."""
+    with emulated_board(image) as b, tempfile.NamedTemporaryFile("w", suffix=".known_hosts") as kh:
+        kh.write(b.known_hosts_line)
+        kh.flush()
+        say(f"board up at {b.address}; logging in and importing tvm on it (about 10 s under emulation) ...")
+        r = _run(["ssh", "-i", str(b.client_key), "-o", f"UserKnownHostsFile={kh.name}", "-o", "BatchMode=yes",
+                  "-o", "StrictHostKeyChecking=yes", f"root@{b.address}",
+                  "python3 -c 'import platform, tvm; print(platform.machine(), tvm.__version__)'"], "ssh", timeout=300)
+        return r.stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toolkit.testing.emulated_board", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("build", "check", "info", "path"))
+    args = parser.parse_args(argv)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        if args.command == "path":
+            print(image_dir())
+        elif args.command == "info":
+            info = image_info()
+            print(json.dumps(info, indent=1) if info else f"not built: {image_dir()}")
+        elif skip_reason():
+            say(f"emulated boards skipped: {skip_reason()}")
+        else:
+            image = build_image(say=say)
+            if args.command == "check":
+                print(check(image, say))
+            else:
+                print(image)
+    except EmulationUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
