@@ -97,3 +97,26 @@ def test_real_subprocess(tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run(exe + ["board", "show", "missing"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "unknown board 'missing'" in r.stderr
+
+
+def test_every_help_page_shows_value_names_and_its_brackets(monkeypatch):
+    """No ``<bool>``/``<list[str]>`` labels, flags without a value name, ``[vta]`` printed as written."""
+    from typer.main import get_command
+
+    monkeypatch.setenv("COLUMNS", "200")
+    pages = []
+
+    def walk(command, path):
+        pages.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(get_command(app), [])
+    assert len(pages) > 30
+    for path in pages:
+        r = runner.invoke(app, [*path, "--help"])
+        assert r.exit_code == 0, (path, r.output)
+        for label in ("<bool>", "<str>", "<int>", "<list[", "<path>", "<float>", "``"):
+            assert label not in r.output, (path, label)
+    compile_help = runner.invoke(app, ["vta", "compile", "--help"]).output
+    assert "its [vta] preset gives" in " ".join(compile_help.split()).replace("│ ", "")

@@ -187,6 +187,7 @@ class DocSession:
     def __init__(self, root: Path) -> None:
         self.cwd = root / "cwd"
         self.cwd.mkdir(parents=True)
+        (self.cwd / "examples").symlink_to(REPO / "examples")   # examples run from a checkout, as a user's do
         home = root / "home"
         self.env = {
             "EDGETUNE_INVENTORY": str(home / "inventory.toml"),

@@ -372,6 +372,40 @@ def summarize(runs: Sequence[BenchRun], optimum: dict[str, float | None], refere
     return out
 
 
+def shared_starts(runs: Sequence[BenchRun], at_least: int = 4) -> list[tuple[list[str], int]]:
+    """Groups of tuners whose best-so-far curves are identical over their first K trials in every run
+    (same workload, same seed), with K; only groups with K >= ``at_least``. Seeded random warm-ups make
+    model-based tuners start alike, and a budget of K trials or fewer cannot tell them apart."""
+    by_key: dict[tuple[str, int], dict[str, list[float | None]]] = {}
+    for r in runs:
+        by_key.setdefault((r.workload, r.seed), {})[r.tuner] = r.history
+    tuners = list(dict.fromkeys(r.tuner for r in runs))
+
+    def prefix(a: str, b: str) -> int:
+        lengths = []
+        for hist in by_key.values():
+            if a not in hist or b not in hist:
+                continue
+            ha, hb = hist[a], hist[b]
+            n = next((i for i, (x, y) in enumerate(zip(ha, hb)) if x != y), min(len(ha), len(hb)))
+            lengths.append(n)
+        return min(lengths, default=0)
+
+    groups: list[tuple[list[str], int]] = []
+    grouped: set[str] = set()
+    for t in tuners:
+        if t in grouped:
+            continue
+        mates = [u for u in tuners if u != t and u not in grouped and prefix(t, u) >= at_least]
+        if mates:
+            members = [t, *mates]
+            k = min(prefix(a, b) for i, a in enumerate(members) for b in members[i + 1:])
+            if k >= at_least:
+                groups.append((members, k))
+                grouped.update(members)
+    return groups
+
+
 Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``: a bench step finished (``what`` names it)."""
 

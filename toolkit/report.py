@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.errors import ConfigError, LogError
-from toolkit.bench import BenchResult
+from toolkit.bench import BenchResult, shared_starts
 from toolkit.tuning.journal import Record, read_log
 from toolkit.workloads import Conv2dWorkload
 
@@ -128,6 +128,10 @@ def bench_markdown(result: BenchResult, title: str | None = None, plot: str | No
              f"{s.get('template_options') or '{}'}, {s.get('trials')} trials, {s.get('seeds')} seed(s), "
              f"{'measurements replayed from exhaustive simulator logs' if s.get('replay') else 'live measurements'}, "
              f"reference `{ref}`"]
+    for members, k in shared_starts(result.runs):
+        lines.append(f"- {', '.join(f'`{m}`' for m in members)}: the same best-so-far over the first {k} trials of "
+                     "every run (seeded random warm-ups" + ("; at this budget they do not differ at all)"
+                                                           if k >= (s.get("trials") or 0) else ")"))
     planned = s.get("runs_planned")
     if planned and len(result.runs) < planned:
         lines.append(f"- **partial**: {len(result.runs)} of {planned} runs finished (partial result)")
@@ -162,6 +166,8 @@ def bench_markdown(result: BenchResult, title: str | None = None, plot: str | No
 
 # -- tuning-log reports --------------------------------------------------------------------------------
 def _load(paths: Sequence[str | Path]) -> list[tuple[str, list[Record]]]:
+    """``(label, records)`` per workload of every log (a whole-network log gives one entry per task), records
+    in trial order. A label names the workload, the board and the log file, so logs of one layer stay apart."""
     if not paths:
         raise ConfigError("no tuning log given; pass one or more .jsonl logs (edgetune tune --log)")
     out = []
@@ -169,10 +175,26 @@ def _load(paths: Sequence[str | Path]) -> list[tuple[str, list[Record]]]:
         header, records = read_log(p)
         if not records:
             raise LogError(f"tuning log {p} has no records (only its header); tune first, then report")
-        wl = header.task.get("workload", {})
-        label = wl.get("name") or Path(p).stem
-        out.append((f"{label} on {header.task.get('board')} ({Path(p).name})", sorted(records, key=lambda r: r.trial)))
+        by_workload: dict[str, list[Record]] = {}
+        for r in sorted(records, key=lambda r: r.trial):
+            by_workload.setdefault(r.workload_key, []).append(r)
+        for recs in by_workload.values():
+            label = Conv2dWorkload.from_dict(recs[0].workload).label
+            out.append((f"{label} on {header.task.get('board')} ({Path(p).name})", recs))
     return out
+
+
+def network_total(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
+    """The sum over tasks of each task's best latency (ms, each task once) after each record of a whole-network
+    log, in the log's order: ``(record number from 1, total_ms)``, NaN until every task has a valid config."""
+    keys = list(dict.fromkeys(r.workload_key for r in records))
+    best = dict.fromkeys(keys, math.inf)
+    totals = []
+    for r in records:
+        best[r.workload_key] = min(best[r.workload_key], r.seconds)
+        total = sum(best.values())
+        totals.append(total * 1e3 if math.isfinite(total) else np.nan)
+    return np.arange(1, len(records) + 1), np.asarray(totals)
 
 
 def best_rows(paths: Sequence[str | Path], top: int = 5) -> list[dict[str, Any]]:
@@ -213,40 +235,57 @@ def _knob_value(v: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5):
-    """Figure: convergence, valid/invalid over time, and a table of the best configs' knob values."""
+def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5,
+                    network: Sequence[Record] | None = None):
+    """Figure: convergence (one curve per log and task, trials counted from 1), valid/invalid over time, a
+    table of the best configs' knob values, and for a whole-network log (``network``: its records in log
+    order) the network total against the log's trials."""
     plt = _pyplot()
-    fig = plt.figure(figsize=(11, 4 + 0.28 * top * len(logs)))
-    gs = fig.add_gridspec(2, 2, height_ratios=(3, 0.6 + 0.35 * top * len(logs)))
-    conv, valid, tab = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, :])
     rows, cols = [], ["log", "rank", "ms", "trial"]
+    for name, recs in logs:
+        cols += [k for k in (recs[0].config if recs else {}) if k not in cols]
+        rows += [{"log": name, "rank": str(rank), "ms": f"{r.seconds * 1e3:.4f}", "trial": str(r.trial + 1),
+                  **{k: _knob_value(v) for k, v in r.config.items()}} for rank, r in enumerate(best_configs(recs, top), 1)]
+    panels = 3 if network is not None else 2
+    fig = plt.figure(figsize=(5.2 * panels, 4.6 + 0.22 * max(1, len(rows)) + 0.14 * len(logs)))
+    gs = fig.add_gridspec(2, panels, height_ratios=(3, 0.4 + 0.22 * max(1, len(rows))))
+    conv, valid, tab = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, :])
     for i, (name, recs) in enumerate(logs):
         best, hist = math.inf, []
         for r in recs:
             best = min(best, r.seconds)
             hist.append(best * 1e3 if math.isfinite(best) else np.nan)
-        x = np.arange(1, len(recs) + 1)
-        conv.plot(x, hist, color=f"C{i}", label=name)
+        x = np.asarray([r.trial + 1 for r in recs])
+        conv.plot(x, hist, color=f"C{i % 10}", label=name, lw=1.2, marker="." if len(recs) < 20 else None)
         ok = np.cumsum([r.valid for r in recs])
-        valid.plot(x, ok, color=f"C{i}", label=f"{name}: valid")
-        valid.plot(x, x - ok, color=f"C{i}", ls=":", label=f"{name}: invalid")
-        knobs = list(recs[0].config) if recs else []
-        cols += [k for k in knobs if k not in cols]
-        for rank, r in enumerate(best_configs(recs, top), 1):
-            rows.append({"log": name.split(" (")[0], "rank": str(rank), "ms": f"{r.seconds * 1e3:.4f}",
-                         "trial": str(r.trial), **{k: _knob_value(v) for k, v in r.config.items()}})
-    conv.set(title="convergence", xlabel="trial", ylabel="best latency (ms)", yscale="log")
-    valid.set(title="valid / invalid trials (cumulative)", xlabel="trial", ylabel="trials")
-    conv.legend(fontsize=7)
-    valid.legend(fontsize=7)
+        valid.plot(x, ok, color=f"C{i % 10}", lw=1.2)
+        valid.plot(x, np.arange(1, len(recs) + 1) - ok, color=f"C{i % 10}", ls=":", lw=1.2)
+    conv.set(title="best latency so far", xlabel="trial of the task (from 1)", ylabel="best latency (ms)",
+             yscale="log")
+    valid.set(title="valid (solid) / invalid (dotted), cumulative", xlabel="trial of the task (from 1)",
+              ylabel="trials")
+    if network is not None:
+        net = fig.add_subplot(gs[0, 2])
+        x, total = network_total(network)
+        if np.isnan(total).all():
+            net.text(0.5, 0.5, "no total yet:\na task has no valid config", ha="center", va="center",
+                     transform=net.transAxes)
+        else:
+            net.plot(x, total, color="black", lw=1.6)
+            net.set_yscale("log")
+        net.set(title="network total: sum of the tasks' best (each once)", xlabel="trial of the log (from 1)",
+                ylabel="latency (ms)")
+    fig.legend(*conv.get_legend_handles_labels(), fontsize=7, loc="lower left", ncol=min(3, len(logs)),
+               frameon=False, bbox_to_anchor=(0.01, 0.0))
     tab.axis("off")
     if rows:
         t = tab.table(cellText=[[row.get(c, "") for c in cols] for row in rows], colLabels=cols, loc="upper center",
                       cellLoc="center")
         t.auto_set_font_size(False)
         t.set_fontsize(7)
-        tab.set_title(f"best {top} configs (knob values)", fontsize=9)
-    fig.tight_layout()
+        t.auto_set_column_width(list(range(len(cols))))
+        tab.set_title(f"best {top} configs of each task (knob values; trials counted from 1)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.03 + 0.012 * math.ceil(len(logs) / 3), 1, 1))
     return fig
 
 
@@ -256,7 +295,8 @@ def log_report(paths: Sequence[str | Path], out: str | Path, top: int = 5):
     if out.suffix.lower() not in (".png", ".html"):
         raise ConfigError(f"--out {out} must end in .png or .html")
     logs = _load(paths)
-    fig = plot_log_report(logs, top)
+    network = read_log(paths[0])[1] if len(paths) == 1 and len(logs) > 1 else None
+    fig = plot_log_report(logs, top, network=network)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".png":
         fig.savefig(out, dpi=110)
@@ -295,7 +335,8 @@ def _html(logs: Sequence[tuple[str, list[Record]]], png_b64: str, top: int) -> s
         knobs = list(bests[0].config) if bests else []
         parts += [f"<h2>Best {top} configs: {html.escape(name)}</h2>",
                   _table(["rank", "ms", "trial", "index", *knobs],
-                         [(i, f"{r.seconds * 1e3:.4f}", r.trial, r.index, *(_knob_value(r.config.get(k)) for k in knobs))
+                         [(i, f"{r.seconds * 1e3:.4f}", r.trial + 1, r.index,
+                           *(_knob_value(r.config.get(k)) for k in knobs))
                           for i, r in enumerate(bests, 1)])]
     parts.append("</body></html>")
     return "\n".join(parts)

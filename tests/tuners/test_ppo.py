@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from toolkit.tuning.search.ppo import PolicyValueNet, PPOAgent, RLOptimizer, run_episodes
+from toolkit.tuning.search.ppo import RLOptimizer, run_episodes
+from toolkit.tuning.search.ppo_agent import PolicyValueNet, PPOAgent
 from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace, SplitKnob
 
 DIMS = np.array([8, 8, 6, 6, 2, 2, 1])

@@ -19,7 +19,7 @@ from toolkit.boards import Board, BoardProfile
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.runner import Runner
 from toolkit.tuning.core.space import Config
-from toolkit.errors import ExportError
+from toolkit.errors import ConfigError, ExportError
 from toolkit.tuning.core.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
@@ -86,6 +86,13 @@ class Backend(abc.ABC):
     def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:
         """Family-specific findings of ``board check`` from the board's probed ``facts``."""
         return []
+
+    def import_autotvm(self, path: Path, board: Board, out_dir: Path) -> Any:
+        """Turn an AutoTVM/TopHub log into edgetune logs for ``board`` (one per workload) in ``out_dir``;
+        only families whose template has AutoTVM's knobs can."""
+        raise ConfigError(f"AutoTVM logs are imported for VTA boards (TVM's conv2d_packed.vta template has "
+                          f"edgetune's knobs); {board.name} is a {board.profile.family} board, whose AutoTVM "
+                          "templates have other knobs")
 
     # -- export -------------------------------------------------------------------------------------
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:

@@ -18,8 +18,50 @@ UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageE
 """click's usage error (typer vendors click in newer releases; its public ``BadParameter`` derives from it)."""
 
 
+_METAVARS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "int range": "INTEGER",
+             "float range": "FLOAT", "list[str]": "TEXT", "list[path]": "PATH", "list[int]": "INTEGER"}
+"""Typer's ``<type>`` labels as the value names a command-line user reads (flags take no value: none)."""
+
+
+def _plain_help(command) -> None:  # noqa: ANN001 - a click command of any kind
+    """Once per command tree: brackets in help texts printed as written (not read as rich markup), value
+    names instead of ``<bool>``/``<list[str]>`` labels."""
+    if getattr(command, "_edgetune_plain", False):
+        return
+    command._edgetune_plain = True
+    if command.help:
+        command.help = command.help.replace("[", r"\[").replace("``", "`")
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = param.help.replace("[", r"\[")
+        if param.param_type_name == "argument":
+            label = param.display_type(None).strip("<>")
+            param.display_type_rich = lambda ctx, shown=_METAVARS.get(label, label): shown
+        elif param.metavar is None:
+            if param.is_flag:
+                param.metavar = ""
+            else:
+                label = param.display_type(None).strip("<>")
+                param.metavar = _METAVARS.get(label, label)
+    make_help_option = command.get_help_option
+
+    def help_option(ctx):  # noqa: ANN001, ANN202 - click's signature
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
+
 class _Group(TyperGroup):
     """Root group: turns every :class:`EdgetuneError` into a one-line error and exit code 2."""
+
+    def main(self, *args, **kwargs):  # type: ignore[override]
+        _plain_help(self)
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx):  # type: ignore[override]
         args = (*(getattr(ctx, "protected_args", None) or getattr(ctx, "_protected_args", ())), *ctx.args)
@@ -80,6 +122,7 @@ _COMMANDS = [
     "vta",
     "space",
     "export",
+    "records",
     "bench",
 ]
 for _name in _COMMANDS:

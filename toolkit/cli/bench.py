@@ -17,7 +17,7 @@ from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
 from toolkit.cli.options import JsonOpt, check_folder
-from toolkit.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench
+from toolkit.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench, shared_starts
 
 
 def _command_line(ctx: typer.Context) -> str:
@@ -50,7 +50,8 @@ def _write(result: BenchResult, json_out: Path, plot: Path | None, markdown: Pat
             plot_bench(result, plot)
         if markdown is not None:
             markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(bench_markdown(result, title, str(plot) if plot else None))
+            link = os.path.relpath(plot, markdown.parent) if plot is not None else None   # as the markdown sees it
+            markdown.write_text(bench_markdown(result, title, link))
 
 
 def _split(items: list[str]) -> list[str]:
@@ -136,6 +137,13 @@ def bench(
     console.table(f"{brd.name}: {len(wls)} workloads x {seeds} seeds x {trials} trials (geometric means)",
                   ["tuner", "best/optimum", f"trials to match {reference}", "never matched", "invalid vs ref",
                    "wall s/run", "tuner s/run"], rows)
+    for members, k in shared_starts(result.runs):
+        console.warn(f"{', '.join(members)}: the same best-so-far over the first {k} trials of every run (their "
+                     "seeded random warm-ups)" + (f"; at {trials} trials they do not differ: give more --trials"
+                                                  if k >= trials else ""))
+    if replay:
+        console.info(f"measurements replayed from the exhaustive logs in {', '.join(map(str, cache_dir or [DEFAULT_CACHE_DIR]))}"
+                     " (built once, reused by later runs)")
     missing = [w for w, i in result.workloads.items() if i["optimum"] is None]
     if missing:
         console.info(f"optimum unknown (no exhaustive log) for {', '.join(missing)}")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from toolkit.backends.base import Backend, rebuild
-from toolkit.backends.registry import backend_for
+from toolkit.backends.registry import backend_for, make_task
 from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
 from toolkit.boards import Board, BoardProfile
@@ -122,6 +122,14 @@ class VTABackend(Backend):
         if vta_conv2d_space(workload, get_preset(profile.vta["preset"])).size > EXPLORE_MAX:
             return None
         return explore(workload, get_preset(profile.vta["preset"]), exhaustive=exhaustive, on_step=on_step)
+
+    def import_autotvm(self, path: Path, board: Board, out_dir: Path) -> Any:
+        """TVM's ``conv2d_packed.vta`` records as logs in edgetune's TVM-compatible space."""
+        from toolkit.backends.vta.autotvm import import_autotvm
+
+        builder = self.default_builder(board)
+        return import_autotvm(path, board, out_dir, make_task=make_task,
+                              build=lambda task, configs: builder.build(task.template, configs))
 
     def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:
         if profile.executor != "fpga":
