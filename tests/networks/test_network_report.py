@@ -3,7 +3,10 @@ total, not a minimum over different layers."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 
 from typer.testing import CliRunner
 
@@ -40,3 +43,20 @@ def test_a_network_log_reports_each_task_and_the_network_total(tmp_path):
     assert r.exit_code == 0, r.output
     page = out.read_text()
     assert page.count("<h2>Best 5 configs: resnet18.C") == 10
+
+
+def test_a_network_export_names_the_tasks_it_leaves_out(tmp_path):
+    log = tmp_path / "short.jsonl"
+    r = runner.invoke(app, ["tune", "--model", "resnet18", "-b", "vta-fsim", "-n", "20", "--round-trials", "2",
+                            "--log", str(log)])
+    assert r.exit_code == 0, r.output
+    _, records = read_log(log)
+    with_valid = {rec.workload_key for rec in records if rec.valid}
+    without = {rec.workload_key for rec in records} - with_valid
+    assert with_valid and without, "the budget must leave some task without a valid config"
+    r = subprocess.run([sys.executable, "-m", "toolkit", "export", "--log", str(log), "--out", str(tmp_path / "ex"),
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"warning: {len(without)} workload(s) of short.jsonl have no valid record" in " ".join(r.stderr.split())
+    manifest = json.loads((tmp_path / "ex" / "manifest.json").read_text())
+    assert len(manifest["kernels"]) == len(with_valid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -64,6 +65,10 @@ def _tuned_profile(board_type: str, task: dict[str, Any], log: Path) -> BoardPro
     return backend_for(profile).tuned_profile(profile, first.get("hw"), log)
 
 
+class MissingKernelWarning(UserWarning):
+    """An export leaves out a workload of the log that has no valid record."""
+
+
 def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
 
@@ -81,6 +86,12 @@ def _select(records: list[Record], workloads: Sequence[str | Conv2dWorkload] | N
         raise ExportError(f"tuning log {log} has no valid record ({len(records)} trials, all failed: {why}); "
                           "nothing to export: tune longer or fix the board")
     if not workloads:
+        missing = list(dict.fromkeys(Conv2dWorkload.from_dict(r.workload).label for r in records
+                                     if r.workload_key not in best))
+        if missing:
+            warnings.warn(f"{len(missing)} workload(s) of {log.name} have no valid record and are not in the export: "
+                          f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; tune them longer "
+                          "(tune --more) and export again", MissingKernelWarning, stacklevel=3)
         return list(best.values())
     picked = []
     for spec in workloads:

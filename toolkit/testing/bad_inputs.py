@@ -314,5 +314,16 @@ CASES: list[Case] = [
     Case("bench: --cache-dir under a file", ("bench", "-w", "resnet18.C11", "-t", "xgb", "-n", "4", "--json",
                                              "b.json", "--cache-dir", "f/c"), "f", files={"f": "x"}, keep=("f",)),
     Case("tuners: an unknown tuner", ("tuners", "nosuch"), "unknown tuner"),
+    # -- import-autotvm ------------------------------------------------------------------------------------------
+    Case("import-autotvm: a missing file", ("import-autotvm", "nosuch.log", "--out", "o"), "nosuch.log"),
+    Case("import-autotvm: a folder", ("import-autotvm", "d", "--out", "o"), "d", files={"d/x": "x"}),
+    Case("import-autotvm: a line that is no JSON", ("import-autotvm", "a.log", "--out", "o"), "not JSON",
+         files={"a.log": "garbage\n"}),
+    Case("import-autotvm: an edgetune log", ("import-autotvm", "L.jsonl", "--out", "o"), "neither an AutoTVM",
+         files={"L.jsonl": _log(RECORD)}, keep=("L.jsonl",)),
+    Case("import-autotvm: a CPU board", ("import-autotvm", "a.log", "--board", "local", "--out", "o"),
+         "imported for VTA boards", files={"a.log": ""}),
+    Case("import-autotvm: --out is a file", ("import-autotvm", "a.log", "--out", "f"), "is a file",
+         files={"a.log": "", "f": "x"}, keep=("f",)),
 ]
 """Every case of the bad-input suite."""
