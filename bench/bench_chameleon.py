@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.bench import write_doc_section
+from toolkit.bench import cpu_name, geomean, trials_to_match, write_doc_section
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [f"C{i}" for i in range(2, 12)]
@@ -116,19 +116,6 @@ def run_key(layer: str, tuner: str, seed: int, budget: int, options: dict[str, A
     return json.dumps([layer, tuner, seed, budget, options], sort_keys=True)
 
 
-def trials_to(history: list[float], target: float) -> int | None:
-    """1-based trial at which the best-so-far first reaches ``target`` (None if never)."""
-    for i, s in enumerate(history):
-        if s <= target:
-            return i + 1
-    return None
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
-
-
 def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], budget: int) -> dict[str, Any]:
     """Per-layer and geomean metrics of every tuner against ``xgb``."""
     by = {(r["layer"], r["tuner"], r["seed"]): r for r in runs}
@@ -141,7 +128,7 @@ def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], 
             for s in seeds:
                 base, run = by[(layer, "xgb", s)], by[(layer, t, s)]
                 target = base["history"][budget - 1] * 1.01
-                n = trials_to(run["history"], target)
+                n = trials_to_match(run["history"], target, tolerance=0.0)
                 if n is None:
                     censored += 1
                 reach.append(n or budget)
@@ -174,21 +161,11 @@ def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], 
     return out
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def markdown(summary: dict[str, Any], tuners: list[str], layers: list[str], args: argparse.Namespace) -> str:
     """The ``## Chameleon`` section of docs/benchmarks.md."""
     lines = [
         SECTION, "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; date "
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; date "
         f"{dt.date.today().isoformat()}; load average {os.getloadavg()[0]:.1f} at the end (the machine is "
         "shared: wall times are inflated, CPU times are each run's own process time).",
         f"Command: `{'nice -n ' + str(os.nice(0)) + ' ' if os.nice(0) else ''}"

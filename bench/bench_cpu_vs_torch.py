@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -27,20 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.bench import write_doc_section
+from toolkit.bench import cpu_name, write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "cpu-vs-torch"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## CPU template vs torch"
 LAYERS = ("C2", "C5", "C8")
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def race(template, index: int, rounds: int, threads: int) -> dict[str, float]:

@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from toolkit.bench import write_doc_section
+from toolkit.bench import cpu_name, trials_to_match, write_doc_section
 from toolkit import console
 from toolkit.backends import make_task as backend_task
 from toolkit.boards import Board, resolve_board
@@ -111,14 +111,6 @@ def run_one(task: Task, cache: MeasurementCache, tuner_name: str, seed: int, tri
             "params": {k: v for k, v in tuner.params.items() if isinstance(v, (int, float, str, bool))}}
 
 
-def trials_to_reach(history: Sequence[float], target: float) -> int | None:
-    """1-based trial at which ``history`` (best so far) first reaches ``target`` (None: never)."""
-    for i, h in enumerate(history):
-        if h <= target * (1 + 1e-9):
-            return i + 1
-    return None
-
-
 # -- ModelA vs ModelP on held-out records --------------------------------------------------------------
 def rmse_figures(task: Task, cache: MeasurementCache, seed: int, n_train: int = 200) -> dict[str, float]:
     """RMSE of normalised throughput on held-out valid records, one random split per ``seed``.
@@ -169,7 +161,7 @@ def run_pairs(layers: dict, names: Sequence[str]) -> set[tuple[str, str]]:
 
 def reach(run: dict, xgb: dict) -> int | None:
     """Trials ``run`` took to reach ``xgb``'s best (``xgb``: its run on the same layer and seed); None: never."""
-    return trials_to_reach(run["history"], min(xgb["history"]))
+    return trials_to_match(run["history"], min(xgb["history"]), tolerance=1e-9)
 
 
 def summarise(results: dict, pairs: dict[str, set] | None = None) -> dict:
@@ -249,7 +241,7 @@ def _reduction(row: dict, verdict: bool = True) -> str:
 
 
 def section(saved: dict, table: dict) -> str:
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_name()
     lines = [SECTION, "", f"Machine: {platform.node()} ({cpu}, 2 cores shared with other jobs, runs under "
              f"`nice`, beside other replays, so wall time was up to ~10x the CPU time listed), Python "
              f"{platform.python_version()}. Commands (in order; several ran in parallel on different "

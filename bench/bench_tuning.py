@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.bench import write_doc_section
+from toolkit.bench import cpu_name, write_doc_section
 from toolkit import console
 from toolkit.boards import resolve_board
 from toolkit.bench import exhaustive_cache
@@ -223,7 +223,7 @@ def _ratio(c: np.ndarray, k: int, optimum: float) -> str:
 
 
 def _section(results: dict[str, dict], over: dict | None, over_large: dict | None, args) -> str:
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_name()
     lines = [
         SECTION, "",
         f"Machine: {platform.node()} ({cpu}, 2 cores), Python {platform.python_version()}. "

@@ -23,15 +23,13 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import re
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
-from toolkit.bench import write_doc_section
+from toolkit.bench import cpu_name, write_doc_section
 from toolkit import console
 from toolkit.testing.shared_data import shared_data_dir
 from toolkit.vta.compiler import compile_conv2d
@@ -137,17 +135,11 @@ def refit() -> TimingParams:
     return params_of(best.x)
 
 
-def _cpu() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    m = re.search(r"Model name:\s*(.+)", out)
-    return m.group(1).strip() if m else "unknown CPU"
-
-
 def _section(speed: dict, sweep: dict, rows: list[dict], params: TimingParams, args) -> str:
     p = params
     lines = [
         SECTION, "",
-        f"Machine: {_cpu()}, 2 cores. Command: `.venv/bin/python -m bench.bench_vta_sim --repeat {args.repeat}`. "
+        f"Machine: {cpu_name()}, 2 cores. Command: `.venv/bin/python -m bench.bench_vta_sim --repeat {args.repeat}`. "
         f"Date: {dt.date.today().isoformat()}. Load average {speed['load']:.1f} on the 2 cores during the run "
         "(other jobs share the machine): wall times are inflated by it, CPU times are this process's own.", "",
         "| measurement | result | target |", "|---|---|---|",

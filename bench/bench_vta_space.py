@@ -17,12 +17,11 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
-from toolkit.bench import write_doc_section
+from toolkit.bench import cpu_name, write_doc_section
 from toolkit.vta.compiler import check_config, compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError
@@ -37,16 +36,6 @@ SECTION = "## VTA space: edgetune vs TVM-compatible"
 LAYERS = [f"C{i}" for i in range(2, 12)]
 C2_TOPHUB = {"tile_h": [7, 8], "tile_w": [1, 56], "tile_ci": [4, 1], "tile_co": [2, 2], "oc_nthread": 2,
              "h_nthread": 1}
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def c2_costs(hw) -> dict:
@@ -104,7 +93,7 @@ def run(layers: list[str]) -> dict:
         print(f"{layer}: size {ours.size} valid {ours.valid}/{tvm.valid} best {ours.best_seconds}/{tvm.best_seconds}"
               f" ({rows[layer]['seconds_to_explore']:.0f} s)", flush=True)
     costs = c2_costs(hw) if "C2" in layers else None
-    return {"date": dt.date.today().isoformat(), "machine": f"{_cpu()}, {os.cpu_count()} cores",
+    return {"date": dt.date.today().isoformat(), "machine": f"{cpu_name()}, {os.cpu_count()} cores",
             "load": os.getloadavg()[0], "layers": rows, "c2_costs": costs}
 
 

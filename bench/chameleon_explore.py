@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_chameleon import LAYERS, ROOT, geomean, make_task, run_one, trials_to
+from bench.bench_chameleon import LAYERS, ROOT, make_task, run_one
+from toolkit.bench import geomean, trials_to_match
 
 
 def xgb_reference(runs: Path) -> dict[tuple[str, int], tuple[float, int]]:
@@ -41,7 +42,7 @@ def xgb_reference(runs: Path) -> dict[tuple[str, int], tuple[float, int]]:
         r = json.loads(line)
         if r["tuner"] == "xgb" and r["budget"] == 400:
             target = r["history"][-1] * 1.01
-            out[(r["layer"], r["seed"])] = (target, trials_to(r["history"], target))
+            out[(r["layer"], r["seed"])] = (target, trials_to_match(r["history"], target, tolerance=0.0))
     return out
 
 
@@ -64,7 +65,8 @@ def replay(args: argparse.Namespace, ref: dict, layers: list[str], seeds: list[i
     rows: dict[str, dict[str, list[int | None]]] = {c: {lay: [] for lay in layers} for c in args.configs}
     with ProcessPoolExecutor(args.jobs) as pool:
         for r in pool.map(run_one, jobs):
-            rows[r["tuner"]][r["layer"]].append(trials_to(r["history"], ref[(r["layer"], r["seed"])][0]))
+            target = ref[(r["layer"], r["seed"])][0]
+            rows[r["tuner"]][r["layer"]].append(trials_to_match(r["history"], target, tolerance=0.0))
     report(rows, ref, layers, seeds, args.budget)
 
 

@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.boards import resolve_board, with_vta_preset
-from toolkit.bench import BenchResult, expand_workloads, geomean, run_bench
+from toolkit.bench import BenchResult, expand_workloads, geomean, run_bench, trials_to_match
 
-from bench.bench_ml2tuner import trials_to_reach
 from bench.headline import CACHES, OUT, SETTINGS
 
 COMPARED = ("ml2tuner", "chameleon-ml2")
@@ -34,7 +33,7 @@ def _figures(run, xgb) -> tuple[float, float]:
     ratio = (run.trials_to_match or run.trials) / (xgb.trials_to_match or xgb.trials)
     hist = [h if h is not None else float("inf") for h in run.history]
     budget = len(xgb.history)
-    return ratio, (trials_to_reach(hist, xgb.best()) or budget) / budget
+    return ratio, (trials_to_match(hist, xgb.best(), tolerance=1e-9) or budget) / budget
 
 
 def main(argv: list[str] | None = None) -> None:

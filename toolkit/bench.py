@@ -325,16 +325,20 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def environment(command: str | None = None) -> dict[str, Any]:
-    """Machine, command, date and versions, for the header of every bench output."""
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``), else its architecture."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def environment(command: str | None = None) -> dict[str, Any]:
+    """Machine, command, date and versions, for the header of every bench output."""
+    cpu = cpu_name()
     return {"machine": f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
             "python": platform.python_version(), "edgetune": __version__, "tvm": tvm_version(),
             "libraries": library_versions(),

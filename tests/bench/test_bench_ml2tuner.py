@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.bench import trials_to_match
+
 _SPEC = importlib.util.spec_from_file_location(
     "bench_ml2tuner", Path(__file__).resolve().parents[2] / "bench" / "bench_ml2tuner.py")
 bm = importlib.util.module_from_spec(_SPEC)
@@ -79,9 +81,9 @@ def test_a_rerun_of_the_same_command_is_recorded_with_its_date(out_dir, monkeypa
         ("cmd a", "2026-11-30 14:47 UTC"), ("cmd a", "2026-12-01 03:32 UTC")]
 
 
-def test_trials_to_reach_counts_from_one_and_tolerates_rounding():
-    assert bm.trials_to_reach([5.0, 2.0, 1.0 + 1e-12], 1.0) == 3
-    assert bm.trials_to_reach([5.0, 2.0], 1.0) is None
+def test_trials_to_the_optimum_counts_from_one_and_tolerates_rounding():
+    assert trials_to_match([5.0, 2.0, 1.0 + 1e-12], 1.0, tolerance=1e-9) == 3
+    assert trials_to_match([5.0, 2.0], 1.0, tolerance=1e-9) is None
 
 
 def test_reach_difference_pairs_runs_and_counts_never_reached_as_the_budget():

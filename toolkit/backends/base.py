@@ -70,8 +70,11 @@ class Backend(abc.ABC):
         """The builder a tuning run uses on ``board`` unless given one."""
 
     @abc.abstractmethod
-    def make_runner(self, board: Board, **options: Any) -> Runner:
-        """The runner that measures on ``board``."""
+    def make_runner(self, board: Board, *, tracker: tuple[str, int] | str | None = None, wait_s: float = 120.0,
+                    **options: Any) -> Runner:
+        """The runner that measures on ``board``: ``tracker`` (default: where the board was provisioned) and
+        ``wait_s`` (how long a lost board may take to come back) apply to boards measured over RPC and are
+        ignored by in-process runners."""
 
     def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
         """The tasks of ``network`` on this family (by default every plain conv layer as it is)."""

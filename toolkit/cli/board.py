@@ -188,22 +188,11 @@ def provision(
     opts = prov.ProvisionOptions(tracker=address, remote_dir=remote_dir, python=python,
                                  system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose,
                                  bitstream=bitstream, executor=executor)
-    if tunnel is None:
-        tunnel = not expose and not _loopback(entry.host)
-    if tunnel:
-        from toolkit.rpc.tunnel import start_keeper
-
-        if dry_run:
-            opts.board_tracker, opts.report_host, opts.report_port = ("127.0.0.1", 0), "127.0.0.1", 0
-            if not json:
-                console.info("# tunnel: a background process opens board:127.0.0.1:R -> tracker and "
-                             "127.0.0.1:L -> agent (R, L chosen when it starts; shown as 0 below)")
-        else:
-            keeper = start_keeper(name, address, prov.agent_paths(name, remote_dir)["state"], inventory=inventory,
-                                  accept_new_host_key=accept_new_host_key)
-            opts.board_tracker = ("127.0.0.1", int(keeper["remote_port"]))
-            opts.report_host, opts.report_port = "127.0.0.1", int(keeper["local_port"])
-    plan = prov.make_plan(entry, opts)
+    plan, tunnel = prov.tunnelled_plan(entry, opts, tunnel=tunnel, dry_run=dry_run, inventory=inventory,
+                                       accept_new_host_key=accept_new_host_key)
+    if tunnel and dry_run and not json:
+        console.info("# tunnel: a background process opens board:127.0.0.1:R -> tracker and "
+                     "127.0.0.1:L -> agent (R, L chosen when it starts; shown as 0 below)")
     if dry_run:
         if json:
             console.print_json({"board": name, "tunnel": tunnel, "steps": [{"name": s.name, "check": s.check,
@@ -222,10 +211,6 @@ def provision(
         return
     for o in outcomes:
         console.info(f"{'changed' if o.changed else 'ok':8} {o.name}: {o.detail}")
-
-
-def _loopback(host: str | None) -> bool:
-    return bool(host) and (host == "localhost" or host.startswith("127.") or host == "::1")
 
 
 def _dry_tracker() -> tuple[str, int]:

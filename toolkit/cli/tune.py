@@ -156,8 +156,7 @@ def tune(
     if more is not None:
         trials = held + more
     assert trials is not None
-    in_process = brd.profile.is_simulator and brd.entry is None
-    runner = make_runner(brd, **({} if in_process else {"wait_s": wait_board, "tracker": tracker}))
+    runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
     runner.on_wait = console.warn
     with console.progress() as bar:
         bar_id = bar.add_task(f"{tuner} {wl.label}", total=trials, status="")

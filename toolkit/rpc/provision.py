@@ -362,6 +362,34 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     return plan
 
 
+def on_loopback(host: str | None) -> bool:
+    """Is ``host`` this machine's loopback (a board reached without a network)."""
+    return bool(host) and (host == "localhost" or host.startswith("127.") or host == "::1")
+
+
+def tunnelled_plan(entry: BoardEntry, opts: ProvisionOptions, *, tunnel: bool | None = None, dry_run: bool = False,
+                   inventory: Path | None = None, accept_new_host_key: bool = False) -> tuple[Plan, bool]:
+    """The provisioning plan and whether the board is reached through SSH tunnels.
+
+    By default (``tunnel=None``) it is, unless the agent is exposed (``opts.expose``) or the board is on
+    loopback: then no RPC port is on any network. With a tunnel, the keeper process (board ``127.0.0.1:R``
+    -> tracker, ``127.0.0.1:L`` here -> agent) is started first and ``opts`` point the agent at its ends; a
+    dry run shows the ports as 0 and starts nothing.
+    """
+    if tunnel is None:
+        tunnel = not opts.expose and not on_loopback(entry.host)
+    if tunnel and dry_run:
+        opts.board_tracker, opts.report_host, opts.report_port = ("127.0.0.1", 0), "127.0.0.1", 0
+    elif tunnel:
+        from toolkit.rpc.tunnel import start_keeper
+
+        keeper = start_keeper(entry.name, opts.tracker, agent_paths(entry.name, opts.remote_dir)["state"],
+                              inventory=inventory, accept_new_host_key=accept_new_host_key)
+        opts.board_tracker = ("127.0.0.1", int(keeper["remote_port"]))
+        opts.report_host, opts.report_port = "127.0.0.1", int(keeper["local_port"])
+    return make_plan(entry, opts), tunnel
+
+
 def _verifier(entry: BoardEntry, opts: ProvisionOptions, p: dict[str, str]) -> Callable[[SSHSession], str]:
     def verify(session: SSHSession) -> str:
         """wait until the tracker lists the agent under its key and edgetune.health answers"""

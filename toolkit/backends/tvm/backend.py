@@ -63,11 +63,12 @@ class TVMBackend(Backend):
         return LocalBuilder(n_parallel=max(1, min(4, os.cpu_count() or 1)), timeout_s=BUILD_TIMEOUT_S,
                             preload=PRELOAD)
 
-    def make_runner(self, board: Board, **options: Any) -> Runner:
+    def make_runner(self, board: Board, *, tracker: tuple[str, int] | str | None = None, wait_s: float = 120.0,
+                    **options: Any) -> Runner:
         """TVM RPC through the board's tracker (``local``: a loopback tracker and server)."""
         from toolkit.backends.tvm.rpc_runner import RPCRunner
 
-        return RPCRunner(board, **options)
+        return RPCRunner(board, tracker=tracker, wait_s=wait_s, **options)
 
     def board_findings(self, profile: BoardProfile, facts: dict[str, str], name: str) -> list[Finding]:
         if self.device != "cuda":

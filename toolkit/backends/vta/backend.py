@@ -98,7 +98,8 @@ class VTABackend(Backend):
         """In-process: a VTA build takes milliseconds."""
         return LocalBuilder(n_parallel=0)
 
-    def make_runner(self, board: Board, **options: Any) -> Runner:
+    def make_runner(self, board: Board, *, tracker: tuple[str, int] | str | None = None, wait_s: float = 120.0,
+                    **options: Any) -> Runner:
         """The in-process simulator for the built-in ``vta-fsim``; the board agent over RPC for every
         registered board (an FPGA, or a provisioned simulator agent)."""
         if board.profile.executor == "fsim" and board.entry is None:
@@ -107,7 +108,7 @@ class VTABackend(Backend):
             return SimRunner(**options)
         from toolkit.backends.vta.rpc_runner import VTARPCRunner
 
-        return VTARPCRunner(board, **options)
+        return VTARPCRunner(board, tracker, wait_s=wait_s, **options)
 
     def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
         """Channels padded to :data:`CHANNEL_BLOCK`; the first conv on the CPU unless ``first_conv="pad"``."""

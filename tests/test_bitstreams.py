@@ -62,7 +62,7 @@ def test_bad_bitstreams_are_one_line_errors(cache, tmp_path, monkeypatch):
     catalog.write_text(f'[[bitstream]]\nname = "{NAME}"\ntarget = "pynq"\nhw_ver = "0.0.2"\nsha256 = "{"0" * 64}"\n')
     monkeypatch.setattr(bitstreams, "CATALOG", catalog)
     assert "sha256" in _cli("bitstream", "add", good, "--target", "pynq", code=2).output
-    monkeypatch.setattr(bitstreams, "CATALOG", bitstreams.Path(__file__).parents[2] / "bitstreams" / "catalog.toml")
+    monkeypatch.setattr(bitstreams, "CATALOG", bitstreams.Path(__file__).parents[1] / "bitstreams" / "catalog.toml")
     _cli("bitstream", "add", good, "--target", "pynq")
     monkeypatch.setattr(bitstreams, "CATALOG", catalog)
     assert json.loads(_cli("bitstream", "verify", "--json", code=1).stdout)[0]["status"] == "MISMATCH"
