@@ -21,7 +21,7 @@ def _run(tmp_path: Path, script: str, *args: str) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"tune_one_layer.py", "custom_tuner.py", "tune_network.py"}
+    tested = {"tune_one_layer.py", "custom_tuner.py", "tune_network.py", "compose_tuner.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -38,6 +38,14 @@ def test_custom_tuner_runs_beside_a_registered_one(tmp_path):
     found = dict(re.findall(r"^(\S+)\s+best ([\d.]+) ms after 24 trials", out, flags=re.M))
     assert set(found) == {"neighbour-walk", "random"}
     assert all(math.isfinite(float(v)) for v in found.values())
+
+
+def test_a_composed_tuner_runs_beside_xgb(tmp_path):
+    out = _run(tmp_path, "compose_tuner.py", "--trials", "40")
+    found = {m[0]: (float(m[1]), int(m[2])) for m in
+             re.findall(r"^(\S+)\s+best ([\d.]+) ms after 40 trials, (\d+) fits", out, flags=re.M)}
+    assert set(found) == {"composed", "xgb"} and all(math.isfinite(v[0]) for v in found.values())
+    assert found["composed"][1] >= 2          # the sampler's batches refit the model more often than xgb's plans
 
 
 @pytest.mark.slow

@@ -27,10 +27,10 @@ def test_chameleon_refits_after_each_sampled_batch_and_counts_queries(variant: d
     results = drive(tuner, 120, batch=4)
     assert len({r.index for r in results}) == 120
     s = tuner.stats()
-    assert len(tuner.sampled_k) == s["fits"] >= 2
-    assert all(1 <= k <= 32 for k in tuner.sampled_k)
+    assert len(tuner.sampler.sampled_k) == s["fits"] >= 2
+    assert all(1 <= k <= 32 for k in tuner.sampler.sampled_k)
     # one fit after the random plan, then one per sampled batch (measured in batches of 4)
-    assert 32 + sum(tuner.sampled_k[:-1]) <= 120
+    assert 32 + sum(tuner.sampler.sampled_k[:-1]) <= 120
     assert s["model_queries"] == s["rl_steps"] > 0
     assert np.isfinite(s["rl_mean_reward"])
 

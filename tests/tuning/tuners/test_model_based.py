@@ -113,3 +113,25 @@ def test_xgb_finds_the_planted_optimum_sooner_than_exhaustion():
     for seed in range(3):
         trials = [r.index for r in drive(XGBTuner(seed=seed, plan_size=32), 120)]
         assert opt in trials, f"seed {seed}: xgb did not reach the optimum in 120 of 560 trials"
+
+
+def test_a_model_based_tuner_is_composed_of_the_parts_passed_in():
+    """Your own model, optimizer and sampler, no subclass: the loop fits the model, the optimizer searches
+    with it and the sampler picks what is measured."""
+    from toolkit.tuning.search.sampling import AdaptiveSampler
+    from toolkit.tuning.tuners.model_based import ModelBasedTuner
+
+    fits = []
+
+    def model(fit):
+        fits.append(fit)
+        return XGBCostModel(loss="rank", seed=fit, plan_size=16, max_rounds=50)
+
+    annealer, sampler = SimulatedAnnealing(n_chains=16, n_steps=60), AdaptiveSampler(k_min=2, k_max=8, k_step=2)
+    tuner = ModelBasedTuner(seed=0, model=model, optimizer=annealer, sampler=sampler, plan_size=16)
+    results = drive(tuner, 64, batch=4)
+    assert len({r.index for r in results}) == 64
+    assert tuner.optimizer is annealer and tuner.sampler is sampler and annealer.n_queries > 0
+    assert fits == list(range(len(fits))) and len(fits) == tuner.stats()["fits"] >= 2
+    assert sampler.sampled_k and all(1 <= k <= 8 for k in sampler.sampled_k)
+    assert tuner.stats()["sample_k_mean"] == np.mean(sampler.sampled_k)

@@ -19,7 +19,7 @@ left them. As upstream, points scoring below ``min_score`` (0) are dropped from 
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -44,6 +44,10 @@ class SimulatedAnnealing:
         self.points: np.ndarray | None = None
         self.n_queries = 0
         """Number of points scored so far (cost-model queries)."""
+
+    def stats(self) -> dict[str, float]:
+        """Nothing beyond ``n_queries``."""
+        return {}
 
     def _score(self, score_fn: ScoreFn, points: np.ndarray) -> np.ndarray:
         self.n_queries += len(points)
@@ -77,8 +81,9 @@ class SimulatedAnnealing:
         return space.from_knob_indices_array(knob_idx)
 
     def find_maximums(self, space: ConfigSpace, score_fn: ScoreFn, num: int,
-                      exclude: Iterable[int], rng: np.random.Generator) -> list[int]:
-        """Up to ``num`` distinct indices (best first) with the highest scores, none in ``exclude``."""
+                      exclude: Iterable[int], rng: np.random.Generator, elite: Sequence[int] = ()) -> list[int]:
+        """Up to ``num`` distinct indices (best first) with the highest scores, none in ``exclude``
+        (``elite`` is not used: the chains start where they are)."""
         points = self._initial(space, rng)
         scores = self._score(score_fn, points)
 

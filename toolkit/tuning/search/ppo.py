@@ -148,6 +148,11 @@ class RLOptimizer:
         self.mean_rewards: list[float] = []
         """Mean reward of each search (a learning curve)."""
 
+    def stats(self) -> dict[str, float]:
+        """Agent steps so far and the mean reward of the last search."""
+        return {"rl_steps": float(self.n_steps),
+                "rl_mean_reward": self.mean_rewards[-1] if self.mean_rewards else float("nan")}
+
     def find_maximums(self, space: ConfigSpace, score_fn: Callable[[np.ndarray], np.ndarray], num: int,
                       exclude: Iterable[int], rng: np.random.Generator, elite: Sequence[int] = ()) -> list[int]:
         """Up to ``num`` distinct visited indices (best predicted first), none in ``exclude``.

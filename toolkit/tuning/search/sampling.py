@@ -208,6 +208,39 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
     return AdaptiveSample(out, clus.k, clus.inertias, n_syn, n_rand)
 
 
+@dataclass
+class AdaptiveSampler:
+    """Chameleon's adaptive sampling as a :class:`~toolkit.tuning.search.Sampler`: :func:`adaptive_sample`
+    with these settings, counting what it chose."""
+
+    k_min: int = 8
+    k_max: int = 64
+    k_step: int = 8
+    threshold: float = 2.5
+    n_cardinal: int = 2
+    reduction: str = "mode"
+    rule: str = "knee"
+    representative: str = "nearest"
+    sampled_k: list[int] = field(default_factory=list)
+    n_synthesized: int = 0
+    n_random: int = 0
+
+    def select(self, space: ConfigSpace, candidates: Sequence[int], exclude: set[int],
+               rng: np.random.Generator) -> list[int]:
+        out = adaptive_sample(space, candidates, exclude, rng, k_min=self.k_min, k_max=self.k_max,
+                              k_step=self.k_step, threshold=self.threshold, n_cardinal=self.n_cardinal,
+                              reduction=self.reduction, rule=self.rule, representative=self.representative)
+        self.sampled_k.append(len(out.indices))
+        self.n_synthesized += out.n_synthesized
+        self.n_random += out.n_random
+        return out.indices
+
+    def stats(self) -> dict[str, float]:
+        k = self.sampled_k
+        return {"sample_k_mean": float(np.mean(k)) if k else float("nan"),
+                "synthesized": float(self.n_synthesized), "random_fill": float(self.n_random)}
+
+
 def spread_sample(space: ConfigSpace, n: int, rng: np.random.Generator, pool_factor: int = 16) -> list[int]:
     """``n`` distinct configs spread over the space: k-means (k = ``n``) over a random pool of
     ``pool_factor * n`` configs (the whole space if smaller), on knob indices normalised by each

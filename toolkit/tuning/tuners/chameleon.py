@@ -9,9 +9,11 @@
   first, a rank-loss model on the compiler's features where the task compiles ahead (VTA), half the
   PPO episodes started from the best measured configs).
 
-All three run AutoTVM's loop (:class:`ModelBasedTuner`): ``plan_size`` random configs first, then
-fit -> search -> measure. With adaptive sampling the model is refit after the k sampled configs are
-measured (the reference's ``next_update += len(trials)``), not after ``plan_size``.
+All of them are AutoTVM's loop (:class:`ModelBasedTuner`) composed of parts made from their options:
+an XGBoost model (:func:`xgb_model`), an optimizer (:func:`rl_optimizer` or :func:`sa_optimizer`) and for
+the sampling ones Chameleon's :class:`~toolkit.tuning.search.sampling.AdaptiveSampler`. ``plan_size``
+random configs first, then fit -> search -> measure; with adaptive sampling the model is refit after
+the k sampled configs are measured (the reference's ``next_update += len(trials)``).
 
 >>> from toolkit.tuning.tuners.base import make_tuner
 >>> t = make_tuner("chameleon", seed=0, episodes=64)
@@ -25,17 +27,14 @@ measured (the reference's ``next_update += len(trials)``), not after ``plan_size
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from toolkit.tuning.models.cost import XGBCostModel
-from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.search.ppo import RLOptimizer
 from toolkit.tuning.search.annealing import SimulatedAnnealing
-from toolkit.tuning.search.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, adaptive_sample, spread_sample
-from toolkit.tuning.tuners.base import Option, TuningContext, register
-from toolkit.tuning.tuners.model_based import FEATURE_OPTION, ModelBasedTuner
+from toolkit.tuning.search.sampling import K_RULES, REDUCTIONS, REPRESENTATIVES, AdaptiveSampler
+from toolkit.tuning.tuners.base import Option, register
+from toolkit.tuning.tuners.model_based import FEATURE_OPTION, ModelBasedTuner, ModelFactory
 
 MODEL_OPTIONS = {
     "loss": Option("reg", "cost-model loss: reg (Chameleon: regression on normalised throughput) or rank", str,
@@ -98,98 +97,72 @@ SA_OPTIONS = {
 }
 
 
-class _ModelMixin(ModelBasedTuner):
-    def _make_model(self) -> Any:
-        return XGBCostModel(loss=self.params["loss"], seed=self.seed + self.train_ct,
-                            plan_size=self.params["plan_size"], max_rounds=self.params["max_rounds"])
+def xgb_model(params: dict[str, Any], seed: int) -> ModelFactory:
+    """Chameleon's (and AutoTVM's) XGBoost cost model from a tuner's ``loss``/``max_rounds``/``plan_size``,
+    reseeded for each fit."""
+    return lambda fit: XGBCostModel(loss=params["loss"], seed=seed + fit, plan_size=params["plan_size"],
+                                    max_rounds=params["max_rounds"])
 
 
-class _RLMixin(_ModelMixin):
-    def _make_optimizer(self) -> RLOptimizer:
-        p = self.params
-        return RLOptimizer(
-            n_episodes=p["episodes"], max_steps=p["max_steps"], stay_ratio=p["stay_ratio"], seed=self.seed,
-            torch_threads=p["torch_threads"], lr=p["lr"], epochs=p["epochs"], minibatch=p["minibatch"],
-            gamma=p["gamma"], lam=p["lam"], clip=p["clip"], c1=p["c1"], c2=p["c2"], hidden=p["hidden"],
-            head_hidden=p["head_hidden"], value_hidden=p["value_hidden"], temperature=p["temperature"],
-            elite_share=p.get("rl_elite", 0.0),
-        )
-
-    def _elite(self) -> list[int]:
-        """The best measured configs that ``rl_elite`` of the PPO episodes start from (none when off)."""
-        if not self.params.get("rl_elite", 0.0):
-            return []
-        ys = np.asarray(self.ys)
-        return [self.xs[i] for i in np.argsort(-ys, kind="stable")[:self.params["rl_elite_top"]] if ys[i] > 0]
-
-    def _find_candidates(self, num: int) -> list[int]:
-        return self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng,
-                                            elite=self._elite())
-
-    def stats(self) -> dict[str, float]:
-        rewards = self.optimizer.mean_rewards
-        return {**super().stats(), "rl_steps": float(self.optimizer.n_steps),
-                "rl_mean_reward": rewards[-1] if rewards else float("nan")}
+def rl_optimizer(params: dict[str, Any], seed: int) -> RLOptimizer:
+    """Chameleon's PPO exploration from a tuner's :data:`RL_OPTIONS` (and ``rl_elite``)."""
+    p = params
+    return RLOptimizer(
+        n_episodes=p["episodes"], max_steps=p["max_steps"], stay_ratio=p["stay_ratio"], seed=seed,
+        torch_threads=p["torch_threads"], lr=p["lr"], epochs=p["epochs"], minibatch=p["minibatch"],
+        gamma=p["gamma"], lam=p["lam"], clip=p["clip"], c1=p["c1"], c2=p["c2"], hidden=p["hidden"],
+        head_hidden=p["head_hidden"], value_hidden=p["value_hidden"], temperature=p["temperature"],
+        elite_share=p.get("rl_elite", 0.0),
+    )
 
 
-class _SamplingMixin(ModelBasedTuner):
-    """Adaptive sampling between the optimizer and measurement; refit after the k samples."""
+def sa_optimizer(params: dict[str, Any], **extra: Any) -> SimulatedAnnealing:
+    """AutoTVM's simulated annealing from a tuner's :data:`SA_OPTIONS`."""
+    return SimulatedAnnealing(n_chains=params["sa_chains"], n_steps=params["sa_steps"],
+                              early_stop=params["sa_early_stop"], persistent=params["sa_persistent"], **extra)
 
-    def setup(self, ctx: TuningContext) -> None:
-        super().setup(ctx)
-        self._next_update = self.params["plan_size"]
-        self.sampled_k: list[int] = []
-        self._n_synth = self._n_rand = 0
 
-    def _find_candidates(self, num: int) -> list[int]:
-        cands = super()._find_candidates(num)
-        p = self.params
-        out = adaptive_sample(self.space, cands, self.visited, self.rng, k_min=p["k_min"], k_max=p["k_max"],
-                              k_step=p["k_step"], threshold=p["k_threshold"], n_cardinal=p["n_cardinal"],
-                              reduction=p["reduction"], rule=p["k_rule"], representative=p["representative"])
-        self.sampled_k.append(len(out.indices))
-        self._n_synth += out.n_synthesized
-        self._n_rand += out.n_random
-        return out.indices
-
-    def _replan(self) -> None:
-        super()._replan()
-        self._next_update = len(self.xs) + max(len(self.trials), 1)
-
-    def update(self, results: Sequence[MeasureResult]) -> None:
-        self._record(results)
-        if len(self.xs) >= self._next_update and self.flops_max > 1e-6:
-            self._replan()
-
-    def stats(self) -> dict[str, float]:
-        k = self.sampled_k
-        return {**super().stats(), "sample_k_mean": float(np.mean(k)) if k else float("nan"),
-                "synthesized": float(self._n_synth), "random_fill": float(self._n_rand)}
+def adaptive_sampler(params: dict[str, Any]) -> AdaptiveSampler:
+    """Chameleon's adaptive sampling from a tuner's :data:`SAMPLING_OPTIONS`."""
+    p = params
+    return AdaptiveSampler(k_min=p["k_min"], k_max=p["k_max"], k_step=p["k_step"], threshold=p["k_threshold"],
+                           n_cardinal=p["n_cardinal"], reduction=p["reduction"], rule=p["k_rule"],
+                           representative=p["representative"])
 
 
 @register
-class RLTuner(_RLMixin):
+class RLTuner(ModelBasedTuner):
     """Chameleon's PPO exploration, measuring AutoTVM's top plan_size candidates (ablation: no sampling)."""
 
     name = "rl"
     options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **RL_OPTIONS}
 
+    def make_model(self, fit: int) -> Any:
+        return xgb_model(self.params, self.seed)(fit)
+
+    def make_optimizer(self) -> RLOptimizer:
+        return rl_optimizer(self.params, self.seed)
+
 
 @register
-class SAASTuner(_SamplingMixin, _ModelMixin):
+class SAASTuner(ModelBasedTuner):
     """AutoTVM's simulated annealing + Chameleon's adaptive sampling (ablation: no RL)."""
 
     name = "sa-as"
     options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **SA_OPTIONS, **SAMPLING_OPTIONS}
 
-    def _make_optimizer(self) -> SimulatedAnnealing:
-        p = self.params
-        return SimulatedAnnealing(n_chains=p["sa_chains"], n_steps=p["sa_steps"], early_stop=p["sa_early_stop"],
-                                  persistent=p["sa_persistent"])
+    def make_model(self, fit: int) -> Any:
+        return xgb_model(self.params, self.seed)(fit)
+
+    def make_optimizer(self) -> SimulatedAnnealing:
+        return sa_optimizer(self.params)
+
+    def make_sampler(self) -> AdaptiveSampler:
+        return adaptive_sampler(self.params)
 
 
 @register
-class ChameleonTuner(_SamplingMixin, _RLMixin):
+class ChameleonTuner(RLTuner):
     """Chameleon (ICLR 2020): PPO exploration + adaptive sampling, XGBoost regression cost model.
 
     The :data:`PLUS_OPTIONS` (initial plan, refit interval, elite starts) default to
@@ -199,28 +172,8 @@ class ChameleonTuner(_SamplingMixin, _RLMixin):
     name = "chameleon"
     options = {**ModelBasedTuner.options, **MODEL_OPTIONS, **RL_OPTIONS, **SAMPLING_OPTIONS, **PLUS_OPTIONS}
 
-    def setup(self, ctx: TuningContext) -> None:
-        super().setup(ctx)
-        p = self.params
-        n_init = p["n_init"] or p["plan_size"]
-        self._next_update = n_init
-        self._init_plan = spread_sample(self.space, n_init, self.rng) if p["init"] == "spread" else []
-
-    def propose(self, n: int) -> list[int]:
-        if self.params["refit_every"] > 0 and len(self.xs) < self._next_update:   # stop at the next refit
-            n = min(n, self._next_update - len(self.xs))
-        out: list[int] = []
-        while self.train_ct == 0 and self._init_plan and len(out) < n:
-            index = self._init_plan.pop(0)
-            if index not in self.visited:
-                out.append(index)
-                self.visited.add(index)
-        return out + super().propose(n - len(out)) if len(out) < n else out
-
-    def _replan(self) -> None:
-        super()._replan()
-        if self.params["refit_every"] > 0:
-            self._next_update = len(self.xs) + self.params["refit_every"]
+    def make_sampler(self) -> AdaptiveSampler:
+        return adaptive_sampler(self.params)
 
 
 PLUS_DEFAULTS: dict[str, Any] = {

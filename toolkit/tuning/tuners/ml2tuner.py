@@ -45,7 +45,7 @@ from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.search.annealing import SimulatedAnnealing
 from toolkit.tuning.search.sampling import cardinal_knobs, select_k
 from toolkit.tuning.tuners.base import Option, TuningContext, register
-from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, PLUS_OPTIONS, RL_OPTIONS, SAMPLING_OPTIONS, _RLMixin
+from toolkit.tuning.tuners.chameleon import MODEL_OPTIONS, PLUS_OPTIONS, RL_OPTIONS, SAMPLING_OPTIONS, rl_optimizer
 from toolkit.tuning.tuners.xgb import XGBTuner
 from toolkit.tuning.models.validity import ValidityModel
 
@@ -118,7 +118,7 @@ class ML2Tuner(XGBTuner):
         self._compile_s = 0.0
         self._v_s = 0.0
 
-    def _make_optimizer(self) -> SimulatedAnnealing:
+    def make_optimizer(self) -> SimulatedAnnealing:
         # Keep every candidate whatever its score sign: rank-loss scores are not throughputs.
         return SimulatedAnnealing(n_chains=self.params["sa_chains"], n_steps=self.params["sa_steps"],
                                   early_stop=self.params["sa_early_stop"], persistent=self.params["sa_persistent"],
@@ -137,7 +137,7 @@ class ML2Tuner(XGBTuner):
                 xs += extra
                 pred = self.model_a.predict(self._features_a(extra)) * self.model_a.y_max_  # back to throughput
                 ys += [float(v) for v in np.maximum(pred, 0.0)]
-        self.model = self._make_model().fit(self._features(xs), np.asarray(ys))
+        self.model = self._new_model().fit(self._features(xs), np.asarray(ys))
 
     def _p_from_a(self) -> bool:
         """Whether ModelP learns ModelA's predictions: ``auto`` when the compiler reports time terms
@@ -452,13 +452,13 @@ class ChameleonML2Tuner(ML2Tuner):
         super().setup(ctx)
         self.sampled_k: list[int] = []
 
-    def _make_optimizer(self) -> Any:
-        return _RLMixin._make_optimizer(self)
+    def make_optimizer(self) -> Any:
+        return rl_optimizer(self.params, self.seed)
 
     def _search(self, num: int, exclude: set[int]) -> list[int]:
         """The RL agent's candidates; with ``rl_elite`` a share of its episodes start at the best measured configs."""
         return self.optimizer.find_maximums(self.space, self._score_fn(), num, exclude, self.rng,
-                                            elite=_RLMixin._elite(self))
+                                            elite=self._elite())
 
     def _choose(self, alive: list[int]) -> list[int]:
         """One config per k-means cluster of the survivors: the cluster member ModelA rates best."""
@@ -482,8 +482,5 @@ class ChameleonML2Tuner(ML2Tuner):
         return chosen
 
     def stats(self) -> dict[str, float]:
-        rewards = self.optimizer.mean_rewards
         k = self.sampled_k
-        return {**super().stats(), "rl_steps": float(self.optimizer.n_steps),
-                "rl_mean_reward": rewards[-1] if rewards else float("nan"),
-                "sample_k_mean": float(np.mean(k)) if k else float("nan")}
+        return {**super().stats(), "sample_k_mean": float(np.mean(k)) if k else float("nan")}

@@ -4,22 +4,37 @@ The first ``plan_size`` proposals are random. Every ``plan_size`` measurements t
 is refitted on everything measured (failed configs count as throughput 0) and the optimizer
 proposes a plan of ``plan_size`` candidates; proposals walk the plan, skipping visited
 configs, and the last 5% of each plan (``int(0.05 * plan_size)``) are random unvisited
-configs (epsilon-greedy). Subclasses (Chameleon, ML2Tuner) override the hooks
-:meth:`~ModelBasedTuner._make_model`, :meth:`~ModelBasedTuner._features`,
-:meth:`~ModelBasedTuner._fit` and :meth:`~ModelBasedTuner._find_candidates`.
+configs (epsilon-greedy).
+
+A model-based tuner is composed of three parts, passed in or made from its options:
+
+- ``model``: a factory ``fit_number -> cost model`` (scikit-learn style ``fit``/``predict``), a fresh
+  model per fit (:meth:`ModelBasedTuner.make_model` by default);
+- ``optimizer``: an :class:`~toolkit.tuning.search.Optimizer` (simulated annealing, Chameleon's PPO agent);
+- ``sampler``: an optional :class:`~toolkit.tuning.search.Sampler` between the optimizer and measurement
+  (Chameleon's adaptive sampling); with one, the model is refit after the sampled configs are measured.
+
+>>> from toolkit.tuning.search.annealing import SimulatedAnnealing
+>>> from toolkit.tuning.search.sampling import AdaptiveSampler
+>>> t = ModelBasedTuner(seed=0, optimizer=SimulatedAnnealing(n_chains=16), sampler=AdaptiveSampler(k_max=16),
+...                     plan_size=16)
+>>> t.parts["optimizer"].n_chains, t.parts["sampler"].k_max, t.params["plan_size"]
+(16, 16, 16)
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from toolkit.errors import ConfigError
 from toolkit.tuning.models.cost import XGBCostModel
 from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.search import Optimizer, Sampler
 from toolkit.tuning.search.annealing import SimulatedAnnealing
+from toolkit.tuning.search.sampling import spread_sample
 from toolkit.tuning.tuners.base import Option, Tuner, TuningContext
 
 FULL_TABLE_MAX = 1 << 17
@@ -48,12 +63,22 @@ def feature_matrix(feats: Sequence[dict[str, float]]) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(len(feats), len(keys))
 
 
+ModelFactory = Callable[[int], Any]
+"""``fit_number -> cost model``: a fresh, unfitted model for each fit (fit numbers count from 0)."""
+
+
 class ModelBasedTuner(Tuner):
-    """Cost model + model optimizer; the AutoTVM plan/refit/epsilon-greedy loop.
+    """Cost model + model optimizer (+ sampler); the AutoTVM plan/refit/epsilon-greedy loop.
+
+    ``model``, ``optimizer`` and ``sampler`` are the parts (see the module docstring); without them the
+    tuner makes its own from its options (:meth:`make_model`, :meth:`make_optimizer`, :meth:`make_sampler`,
+    which the named tuners define). Optional loop options, where a tuner declares them: ``n_init`` (configs
+    before the first fit), ``init`` (``spread`` initial configs), ``refit_every`` (refit after this many
+    measurements), ``rl_elite``/``rl_elite_top`` (the optimizer starts from the best measured configs).
 
     State after :meth:`setup`: ``xs`` (measured indices), ``ys`` (throughputs, 0 if failed),
     ``trials`` (current plan), ``trial_pt``, ``train_ct`` (fits so far), ``model`` (the
-    fitted cost model or ``None``), ``optimizer``.
+    fitted cost model or ``None``), ``optimizer``, ``sampler``.
     """
 
     options = {
@@ -61,14 +86,23 @@ class ModelBasedTuner(Tuner):
         "epsilon": Option(0.05, "fraction of each plan drawn at random (AutoTVM: 0.05)", float),
     }
 
-    # -- hooks ---------------------------------------------------------------------------
-    def _make_model(self) -> Any:
-        """A fresh, unfitted cost model (sklearn style ``fit``/``predict``)."""
+    def __init__(self, seed: int = 0, *, model: ModelFactory | None = None, optimizer: Optimizer | None = None,
+                 sampler: Sampler | None = None, **options: Any) -> None:
+        super().__init__(seed, **options)
+        self.parts = {"model": model, "optimizer": optimizer, "sampler": sampler}
+
+    # -- the parts a named tuner makes from its options ---------------------------------------
+    def make_model(self, fit: int) -> Any:
+        """A fresh, unfitted cost model for fit number ``fit`` (sklearn style ``fit``/``predict``)."""
         return XGBCostModel(loss="rank", seed=self.seed, plan_size=self.params["plan_size"])
 
-    def _make_optimizer(self) -> SimulatedAnnealing:
+    def make_optimizer(self) -> Optimizer:
         """The model optimizer (AutoTVM's SA defaults)."""
         return SimulatedAnnealing()
+
+    def make_sampler(self) -> Sampler | None:
+        """The sampler between optimizer and measurement (none: measure the plan as it is)."""
+        return None
 
     def _features(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Cost-model features of configs: the knob values (AutoTVM ``feature_type="knob"``), and with
@@ -89,9 +123,12 @@ class ModelBasedTuner(Tuner):
             self._compile_s = time.perf_counter() - t0
         return self._ctable
 
+    def _new_model(self) -> Any:
+        return (self.parts["model"] or self.make_model)(self.train_ct)
+
     def _fit(self) -> None:
         """Refit ``self.model`` on ``self.xs`` / ``self.ys``."""
-        self.model = self._make_model().fit(self._features(self.xs), np.asarray(self.ys))
+        self.model = self._new_model().fit(self._features(self.xs), np.asarray(self.ys))
 
     def _score_fn(self):
         """The optimizer's objective: predicted score of an index array."""
@@ -100,9 +137,18 @@ class ModelBasedTuner(Tuner):
             return lambda idx: table[idx]
         return lambda idx: self.model.predict(self._features(idx))
 
+    def _elite(self) -> list[int]:
+        """The best measured configs that ``rl_elite`` of the optimizer's starts use (none when off)."""
+        if not self.params.get("rl_elite", 0.0):
+            return []
+        ys = np.asarray(self.ys)
+        return [self.xs[i] for i in np.argsort(-ys, kind="stable")[:self.params["rl_elite_top"]] if ys[i] > 0]
+
     def _find_candidates(self, num: int) -> list[int]:
-        """Up to ``num`` unvisited configs the model rates best (the next plan)."""
-        return self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng)
+        """Up to ``num`` unvisited configs the model rates best (the next plan), through the sampler if any."""
+        cands = self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng,
+                                             elite=self._elite())
+        return cands if self.sampler is None else self.sampler.select(self.space, cands, self.visited, self.rng)
 
     # -- ask/tell --------------------------------------------------------------------------
     def setup(self, ctx: TuningContext) -> None:
@@ -115,12 +161,17 @@ class ModelBasedTuner(Tuner):
         self.trial_pt = 0
         self.train_ct = 0
         self.model: Any = None
-        self.optimizer = self._make_optimizer()
+        self.optimizer = self.parts["optimizer"] or self.make_optimizer()
+        self.sampler = self.parts["sampler"] if self.parts["sampler"] is not None else self.make_sampler()
         self._fit_s = 0.0
         self._search_s = 0.0
         self._ctable: np.ndarray | None = None
         self._compile_s = 0.0
         self._compiled_features = self._use_compile_features(ctx)
+        n_init = self.params.get("n_init") or self.params["plan_size"]
+        self._next_update = n_init
+        self._init_plan = (spread_sample(self.space, n_init, self.rng) if self.params.get("init") == "spread"
+                           else [])
 
     def _use_compile_features(self, ctx: TuningContext) -> bool:
         """Resolve the ``features`` option for this task; ``compile`` where it cannot work is refused
@@ -138,6 +189,18 @@ class ModelBasedTuner(Tuner):
         raise ConfigError(f"{self.name} features=compile {why}; use features=knob")
 
     def propose(self, n: int) -> list[int]:
+        if self.params.get("refit_every", 0) > 0 and len(self.xs) < self._next_update:   # stop at the next refit
+            n = min(n, self._next_update - len(self.xs))
+        out: list[int] = []
+        while self.train_ct == 0 and self._init_plan and len(out) < n:
+            index = self._init_plan.pop(0)
+            if index not in self.visited:
+                out.append(index)
+                self.visited.add(index)
+        return out + self._propose_plan(n - len(out)) if len(out) < n else out
+
+    def _propose_plan(self, n: int) -> list[int]:
+        """Walk the plan (random once inside its last ``epsilon`` share or past it)."""
         n_random = int(self.params["epsilon"] * self.params["plan_size"])
         out: list[int] = []
         while len(out) < n and len(self.visited) < self.space.size:
@@ -168,10 +231,16 @@ class ModelBasedTuner(Tuner):
         self._search_s += time.perf_counter() - t1
         self.trial_pt = 0
         self.train_ct += 1
+        if self.sampler is not None:     # refit once the sampled configs are measured (Chameleon's reference)
+            self._next_update = len(self.xs) + max(len(self.trials), 1)
+        else:
+            self._next_update = self.params["plan_size"] * (self.train_ct + 1)
+        if self.params.get("refit_every", 0) > 0:
+            self._next_update = len(self.xs) + self.params["refit_every"]
 
     def update(self, results: Sequence[MeasureResult]) -> None:
         self._record(results)
-        if len(self.xs) >= self.params["plan_size"] * (self.train_ct + 1) and self.flops_max > 1e-6:
+        if len(self.xs) >= self._next_update and self.flops_max > 1e-6:
             self._replan()
 
     def load_history(self, results: Sequence[MeasureResult]) -> None:
@@ -193,4 +262,7 @@ class ModelBasedTuner(Tuner):
         }
         if "features" in self.options:   # what features="auto" resolved to, and the table's compile time
             out.update(compile_features=float(self._compiled_features), compile_s=self._compile_s)
+        out.update(self.optimizer.stats())
+        if self.sampler is not None:
+            out.update(self.sampler.stats())
         return out

@@ -32,10 +32,10 @@ class XGBTuner(ModelBasedTuner):
         "sa_persistent": Option(True, "annealing chains continue across plans", bool),
     }
 
-    def _make_model(self) -> Any:
-        return XGBCostModel(loss=self.params["loss"], seed=self.seed + self.train_ct,
-                            plan_size=self.params["plan_size"], max_rounds=self.params["max_rounds"])
+    def make_model(self, fit: int) -> Any:
+        return XGBCostModel(loss=self.params["loss"], seed=self.seed + fit, plan_size=self.params["plan_size"],
+                            max_rounds=self.params["max_rounds"])
 
-    def _make_optimizer(self) -> SimulatedAnnealing:
+    def make_optimizer(self) -> SimulatedAnnealing:
         return SimulatedAnnealing(n_chains=self.params["sa_chains"], n_steps=self.params["sa_steps"],
                                   early_stop=self.params["sa_early_stop"], persistent=self.params["sa_persistent"])
