@@ -29,14 +29,14 @@ from typing import Any, Callable, Sequence
 
 from toolkit.errors import LogError
 from toolkit.workloads.networks import TaskPlan
-from toolkit.tuning.session import TuneSummary, tune
+from toolkit.tuning.session import Session, TuneSummary
 from toolkit.tuning.core.builder import Builder
 from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.journal import Record, open_journal
 from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.scheduler import TaskScheduler
 from toolkit.tuning.core.task import Task
-from toolkit.tuning.tuners.base import Tuner, TuningContext, make_tuner
+from toolkit.tuning.tuners.base import Tuner, make_tuner
 from toolkit.workloads import Conv2dWorkload
 
 
@@ -106,33 +106,6 @@ class NetworkSummary:
         return d | {"trials": self.trials, "resumed": self.resumed, "total_seconds": fin(self.total_seconds)}
 
 
-class _LongLived(Tuner):
-    """Keeps one tuner across rounds: the first ``setup`` binds it and restores ``history``; later ones keep it."""
-
-    def __init__(self, inner: Tuner, history: Sequence[MeasureResult]) -> None:
-        super().__init__(seed=inner.seed)
-        self.inner = inner
-        self.history = list(history)
-        self.name = inner.name  # type: ignore[misc]
-        self.bound = False
-
-    def setup(self, ctx: TuningContext) -> None:
-        if not self.bound:
-            self.inner.setup(ctx)
-            if self.history:
-                self.inner.load_history(self.history)
-            self.bound = True
-
-    def propose(self, n: int) -> list[int]:
-        return self.inner.propose(n)
-
-    def update(self, results: Sequence[MeasureResult]) -> None:
-        self.inner.update(results)
-
-    def stats(self) -> dict[str, float]:
-        return self.inner.stats()
-
-
 MeasureWith = Callable[[Task], tuple[Builder, Runner]]
 """Builder and runner for a task (e.g. replaying a cache); default: the board's, shared by all tasks."""
 
@@ -178,13 +151,12 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             i = position.get(Conv2dWorkload.from_dict(r.workload))
             if r.index is not None and i is not None:
                 history[i].append(r.to_result())
-        tuners: list[_LongLived] = []
+        tuners = [factory(i) for i in range(len(tasks))]
         for i, hist in enumerate(history):
             for res in hist:
                 outcomes[i].add(res)
             outcomes[i].resumed = len(hist)
-            tuners.append(_LongLived(factory(i), hist))
-        summary.tuner = tuners[0].name
+        summary.tuner = tuners[0].name or type(tuners[0]).__name__
         scheduler.setup([p.count for p in plan.tasks], flops=[t.flops for t in tasks])
         scheduler.restore([[r.seconds for r in hist] for hist in history])
         for i, task in enumerate(tasks):
@@ -192,6 +164,8 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
                 outcomes[i].exhausted = True
                 scheduler.exhausted.add(i)
         pairs = [shared or measure_with(task) for task in tasks]  # type: ignore[misc]
+        sessions = [Session(task, tuners[i], builder=pairs[i][0], runner=pairs[i][1], measure_options=measure_options)
+                    for i, task in enumerate(tasks)]     # one per task: its tuner lives across rounds
 
         while summary.trials < n_trials:
             i = scheduler.next_task()
@@ -201,17 +175,18 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             out = outcomes[i]
             desc = tasks[i].describe()
 
-            def on_batch(s: TuneSummary, results: Sequence[MeasureResult], out: TaskOutcome = out,
-                         desc: dict = desc) -> None:
+            def record(first: int, results: Sequence[MeasureResult], out: TaskOutcome = out, desc: dict = desc) -> None:
                 for r in results:
                     if journal is not None:
                         journal.append(Record.from_result(r, trial=out.trials, tuner=summary.tuner, task=desc))
                     out.add(r)
 
             before = out.trials
-            builder, runner = pairs[i]
-            round_summary = tune(tasks[i], tuners[i], n, builder=builder, runner=runner,
-                                 measure_options=measure_options, callback=on_batch)
+            if not sessions[i].started:
+                sessions[i].start(history[i])
+            round_summary = TuneSummary(workload=tasks[i].workload.label, board=board.name, tuner=summary.tuner,
+                                        flops=tasks[i].flops)
+            sessions[i].run(n, round_summary, record=record)
             exhausted = round_summary.stopped == "exhausted" or out.trials >= tasks[i].space.size
             out.exhausted = exhausted
             scheduler.update(i, out.trials - before, out.best_seconds, exhausted=exhausted)

@@ -120,38 +120,88 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
         return tuner.drive(task, n_trials, log=log, resume=resume, runner=runner,  # type: ignore[attr-defined]
                            measure_options=measure_options, callback=callback)
     t_start = time.perf_counter()
-    space = task.space
     own_builder = builder is None
     builder = builder or task.backend.default_builder(task.board)
     own_runner = runner is None
     runner = runner or task.backend.make_runner(task.board)
-    options = measure_options or MeasureOptions(check=False)
-    batch = batch_size or default_batch_size(builder)
     desc = task.describe()
     summary = TuneSummary(workload=task.workload.label, board=task.board.name, tuner=tuner.name or type(tuner).__name__,
                           flops=task.flops, log=str(log) if log else None)
-
     journal, earlier = open_journal(log, desc, resume=resume)
     try:
+        _check_resumed(earlier, desc, task.space.size, log)
+        history = [r.to_result() for r in earlier if r.index is not None]
+        for r in history:
+            summary.add(r)
+        summary.resumed = len(history)
+
+        def record(first: int, results: Sequence[MeasureResult]) -> None:
+            for k, r in enumerate(results):
+                journal.append(Record.from_result(r, trial=first + k, tuner=summary.tuner, task=desc))
+
+        session = Session(task, tuner, builder=builder, runner=runner, measure_options=measure_options,
+                          batch_size=batch_size)
+        summary.tuner_s += session.start(history)
+        session.run(n_trials, summary, early_stopping=early_stopping, time_budget_s=time_budget_s,
+                    started=t_start, record=record if journal is not None else None, callback=callback)
+    finally:
+        if journal is not None:
+            journal.close()
+        if own_runner:
+            runner.close()
+        if own_builder:
+            builder.close()
+        summary.wall_s = time.perf_counter() - t_start
+    return summary
+
+
+class Session:
+    """One task's tuner bound to a builder and a runner: the ask/build/measure/tell loop.
+
+    :meth:`start` sets the tuner up on the task's space and restores ``history`` (once); each
+    :meth:`run` tunes until a summary holds ``n_trials`` trials. :func:`tune` runs one session for a
+    whole budget (with a journal); whole-network tuning keeps one session per task and runs it a
+    round at a time, so each tuner lives across rounds.
+    """
+
+    def __init__(self, task: Task, tuner: Tuner, *, builder: Builder, runner: Runner,
+                 measure_options: MeasureOptions | None = None, batch_size: int | None = None) -> None:
+        self.task, self.tuner, self.builder, self.runner = task, tuner, builder, runner
+        self.options = measure_options or MeasureOptions(check=False)
+        self.batch = batch_size or default_batch_size(builder)
+        self.measured: set[int] = set()
+        self.started = False
+
+    def start(self, history: Sequence[MeasureResult] = ()) -> float:
+        """Set the tuner up and give it ``history`` (earlier trials, never measured again); the tuner's seconds."""
+        task, builder = self.task, self.builder
+
         def compile_features(indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
-            return builder.features(task.template, [space.get(i) for i in indices])
+            return builder.features(task.template, [task.space.get(i) for i in indices])
 
-        ctx = TuningContext(space=space, compile_features=compile_features, n_parallel=max(1, builder.n_parallel),
-                            extra={"flops": float(task.flops), "task": desc})
+        ctx = TuningContext(space=task.space, compile_features=compile_features,
+                            n_parallel=max(1, builder.n_parallel),
+                            extra={"flops": float(task.flops), "task": task.describe()})
         t0 = time.perf_counter()
-        tuner.setup(ctx)
-        measured: set[int] = set()
-        stale = 0
-        _check_resumed(earlier, desc, space.size, log)
-        if earlier:
-            history = [r.to_result() for r in earlier if r.index is not None]
-            for r in history:
-                summary.add(r)
-                measured.add(r.index)
-            summary.resumed = len(history)
-            tuner.load_history(history)
-        summary.tuner_s += time.perf_counter() - t0
+        self.tuner.setup(ctx)
+        self.measured.update(r.index for r in history)
+        if history:
+            self.tuner.load_history(list(history))
+        self.started = True
+        return time.perf_counter() - t0
 
+    def run(self, n_trials: int, summary: TuneSummary, *, early_stopping: int | None = None,
+            time_budget_s: float | None = None, started: float | None = None,
+            record: Callable[[int, Sequence[MeasureResult]], None] | None = None,
+            callback: Callback | None = None) -> TuneSummary:
+        """Tune until ``summary`` holds ``n_trials`` trials (or the tuner, early stopping or the time
+        budget ends it: ``summary.stopped``). ``record(first_trial, results)`` runs as soon as a batch is
+        measured, before the tuner learns from it (journals write there); ``callback(summary, results)``
+        after the tuner has."""
+        if not self.started:
+            self.start()
+        t_start = time.perf_counter() if started is None else started
+        options, stale = self.options, 0
         while summary.trials < n_trials:
             if early_stopping is not None and summary.trials >= summary.best_trial + 1 + early_stopping:
                 summary.stopped = "early_stopping"
@@ -160,9 +210,9 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
                 summary.stopped = "time_budget"
                 break
             t0 = time.perf_counter()
-            proposed = tuner.propose(min(batch, n_trials - summary.trials))
+            proposed = self.tuner.propose(min(self.batch, n_trials - summary.trials))
             summary.tuner_s += time.perf_counter() - t0
-            indices = [int(i) for i in dict.fromkeys(proposed) if int(i) not in measured]
+            indices = [int(i) for i in dict.fromkeys(proposed) if int(i) not in self.measured]
             if not proposed:
                 summary.stopped = "exhausted"
                 break
@@ -175,26 +225,19 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
             stale = 0
             if options.hopeless_factor > 0:
                 options = dataclasses.replace(options, best_s=summary.best_seconds)
-            results = _measure(task, builder, runner, options, indices)
+            results = _measure(self.task, self.builder, self.runner, options, indices)
+            first = summary.trials
             for r in results:
-                if journal is not None:
-                    journal.append(Record.from_result(r, trial=summary.trials, tuner=summary.tuner, task=desc))
-                measured.add(r.index)
+                self.measured.add(r.index)
                 summary.add(r)
+            if record is not None:
+                record(first, results)
             t0 = time.perf_counter()
-            tuner.update(results)
+            self.tuner.update(results)
             summary.tuner_s += time.perf_counter() - t0
             if callback is not None:
                 callback(summary, results)
-    finally:
-        if journal is not None:
-            journal.close()
-        if own_runner:
-            runner.close()
-        if own_builder:
-            builder.close()
-        summary.wall_s = time.perf_counter() - t_start
-    return summary
+        return summary
 
 
 def _check_resumed(records: Sequence[Record], desc: dict[str, Any], size: int, log: str | Path | None) -> None:
