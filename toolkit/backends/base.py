@@ -141,8 +141,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
-                   repeat: int, tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
-        """Run an exported kernel on ``board``: (outputs by name, mean seconds)."""
+                   repeat: int, tracker: tuple[str, int] | str | None,
+                   on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
+        """Run an exported kernel on ``board`` through the runner tuning measures with (:meth:`make_runner`):
+        (outputs by name, mean seconds); ``on_wait`` is told when the runner waits for the board."""
 
     @abc.abstractmethod
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:

@@ -87,7 +87,8 @@ def run(
         task = bar.add_task(f"run on {board}", total=len(labels), status="")
         for label in labels:
             bar.update(task, status=label)
-            results.append(ex.run(brd, check=check, workload=label, seed=seed, repeat=repeat, tracker=tracker))
+            results.append(ex.run(brd, check=check, workload=label, seed=seed, repeat=repeat, tracker=tracker,
+                                  on_wait=console.warn))
             bar.advance(task)
     if json:
         console.print_json({"export": str(folder), "tuned_on": ex.manifest.tuned_on["board"],

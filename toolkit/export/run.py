@@ -115,12 +115,14 @@ class Export:
 
     def run(self, board: str | Board, inputs: Sequence[np.ndarray] | None = None, check: bool = True, *,
             workload: str | Conv2dWorkload | None = None, seed: int = 0, repeat: int = 3,
-            tracker: tuple[str, int] | str | None = None, inventory: Inventory | None = None) -> RunResult:
+            tracker: tuple[str, int] | str | None = None, inventory: Inventory | None = None,
+            on_wait: Any = None) -> RunResult:
         """Run one kernel on ``board`` (``inputs`` default: the template's random inputs of ``seed``).
 
         CPU/GPU boards go through TVM RPC (the built-in ``local`` through a loopback tracker and
         server); ``vta-fsim`` runs in-process; other VTA boards through their agent. ``check``
-        compares the output with the numpy reference (bit-exact on VTA, 1e-3 on float32).
+        compares the output with the numpy reference (bit-exact on VTA, 1e-3 on float32). The kernel runs
+        through the board's tuning runner; ``on_wait(message)`` is told when it waits for the board.
         """
         b = board if isinstance(board, Board) else resolve_board(board, inventory)
         self.check_board(b)
@@ -129,7 +131,7 @@ class Export:
         if inputs is None:
             inputs = template.make_inputs(np.random.default_rng(seed))
         inputs = self._check_inputs(kernel, list(inputs))
-        outputs, seconds = self.backend.run_kernel(self.path, kernel, b, inputs, repeat, tracker)
+        outputs, seconds = self.backend.run_kernel(self.path, kernel, b, inputs, repeat, tracker, on_wait)
         correct, message = None, ""
         if check:
             correct, message = self.backend.compare(outputs[self.backend.output_name], template.reference(inputs))

@@ -11,7 +11,7 @@ import numpy as np
 from toolkit.backends.base import Backend, rebuild
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S
 from toolkit.boards import Board, BoardProfile
-from toolkit.errors import BoardError, ConfigError, ExportError, last_line
+from toolkit.errors import ConfigError, ExportError
 from toolkit.rpc.check import Finding
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
@@ -142,38 +142,22 @@ class TVMBackend(Backend):
         return [(a["name"], a) for a in kernel.signature["args"] if not a.get("output")]
 
     def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
-                   repeat: int, tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
-        """Upload the library over TVM RPC, run it once for its output, then time it."""
-        import tvm
-        from tvm import rpc
-
-        from toolkit.backends.tvm.rpc_runner import board_tracker
+                   repeat: int, tracker: tuple[str, int] | str | None,
+                   on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
+        """Upload the library over TVM RPC, run it once for its output, then time it, with the runner
+        tuning measures with (:meth:`RPCRunner.execute`)."""
+        from toolkit.backends.tvm.rpc_runner import RPCRunner
+        from toolkit.tuning.core.template import Artifact
 
         out_spec = next(a for a in kernel.signature["args"] if a.get("output"))
-        (host, port), release = board_tracker(board, tracker)
-        stage = "connect"
+        runner = RPCRunner(board, tracker=tracker)
+        runner.on_wait = on_wait
         try:
-            sess = rpc.connect_tracker(host, port).request(board.rpc_key, priority=1, session_timeout=120,
-                                                           max_retry=2)
-            stage = "upload"
-            name = f"edgetune-export-{os.getpid()}-{Path(kernel.files['library']).name}"
-            sess.upload(str(folder / kernel.files["library"]), name)
-            stage = "load"
-            mod = sess.load_module(name)
-            dev = sess.device(self.device, 0)
-            args = [tvm.runtime.tensor(x, dev) for x in inputs]
-            out = tvm.runtime.tensor(np.zeros(out_spec["shape"], dtype=out_spec["dtype"]), dev)
-            stage = "run"
-            mod["main"](*args, out)
-            got = out.numpy()
-            timer = mod.time_evaluator("main", dev, number=1, repeat=max(1, repeat))
-            costs = [float(c) for c in timer(*args, out).results]
-        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions, failed loads
-            raise BoardError(f"{stage} on board {board.name} (key {board.rpc_key!r}, tracker {host}:{port}) "
-                             f"failed: {last_line(exc)}") from None
+            artifact = Artifact(index=-1, kind="tvm-library", path=str(folder / kernel.files["library"]))
+            got, costs = runner.execute(artifact, list(inputs), np.zeros(out_spec["shape"], dtype=out_spec["dtype"]),
+                                        self.device, repeat=max(1, repeat))
         finally:
-            if release is not None:
-                release()
+            runner.close()
         return {"conv": got}, sum(costs) / len(costs)
 
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:

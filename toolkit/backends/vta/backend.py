@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 from pathlib import Path
@@ -16,7 +15,7 @@ from toolkit.backends.registry import backend_for, make_task
 from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
 from toolkit.boards import Board, BoardProfile
-from toolkit.errors import BoardError, ConfigError, ExportError, last_line
+from toolkit.errors import BoardError, ConfigError, ExportError
 from toolkit.rpc.check import Finding
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
@@ -229,7 +228,8 @@ class VTABackend(Backend):
         return [(n, kernel.signature[n]) for n in kernel.signature["inputs"]]
 
     def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
-                   repeat: int, tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
+                   repeat: int, tracker: tuple[str, int] | str | None,
+                   on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
         """The simulator in-process for ``vta-fsim``, else the board agent's ``edgetune.vta.run``."""
         from toolkit.vta.errors import VTAError
         from toolkit.vta.program import Program
@@ -246,7 +246,7 @@ class VTABackend(Backend):
             except VTAError as exc:
                 raise ExportError(f"{kernel.label} failed in the simulator: {exc}") from None
             return {"out": np.asarray(res.outputs["out"]).reshape(shape)}, float(res.seconds)
-        return _run_on_agent(board, path.read_bytes(), named, shape, repeat, tracker)
+        return _run_on_agent(board, path.read_bytes(), named, shape, repeat, tracker, on_wait)
 
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
         return check_output(got, expected, exact=True)
@@ -279,21 +279,17 @@ def _program_params(program: Any, wl: Conv2dWorkload) -> dict[str, Any]:
 
 
 def _run_on_agent(board: Board, program: bytes, named: dict[str, np.ndarray], shape: tuple, repeat: int,
-                  tracker: tuple[str, int] | str | None) -> tuple[dict[str, np.ndarray], float]:
-    """Run a program through the board agent's ``edgetune.vta.run`` (see :mod:`toolkit.rpc.agent`)."""
-    from tvm import rpc
-    from toolkit.rpc.service import board_tracker_address
+                  tracker: tuple[str, int] | str | None, on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
+    """Run a program through the board agent's ``edgetune.vta.run``, as tuning does (:class:`VTARPCRunner`)."""
+    from toolkit.backends.vta.rpc_runner import VTARPCRunner
 
-    address = board_tracker_address(board.name, tracker)
-    buf = io.BytesIO()
-    np.savez(buf, **named)
+    runner = VTARPCRunner(board, tracker)
+    runner.on_wait = on_wait
     try:
-        sess = rpc.connect_tracker(*address).request(board.rpc_key, priority=1, session_timeout=300)
-        raw = sess.get_function("edgetune.vta.run")(program, buf.getvalue(), max(1, repeat))
-    except Exception as exc:  # noqa: BLE001
-        raise BoardError(f"running on board {board.name} (key {board.rpc_key!r}, tracker {address[0]}:"
-                         f"{address[1]}) failed: {last_line(exc)}; check `edgetune board status`") from None
-    out = dict(np.load(io.BytesIO(bytes(raw)), allow_pickle=False))
+        out = runner.call_agent(program, named, max(1, repeat), 300.0)
+    except TimeoutError as exc:
+        raise BoardError(f"running on board {board.name} (key {board.rpc_key!r}) failed: {exc}; check "
+                         "`edgetune board status`") from None
     if "__error__" in out:
         msg = bytes(np.asarray(out["__error__"], dtype=np.uint8)).decode(errors="replace")
         raise ExportError(f"the program failed on board {board.name}: {msg}")

@@ -98,41 +98,64 @@ class VTARPCRunner(Runner):
                  options: MeasureOptions) -> MeasureResult:
         rng = np.random.default_rng([self.seed, config.index])
         inputs = template.make_inputs(rng)
-        buf = io.BytesIO()
-        np.savez(buf, **dict(zip(INPUT_REGIONS, inputs)))
         number, repeat = max(1, options.number), max(1, options.repeat)
         base = dict(index=config.index, config=config.values, features=dict(artifact.features),
                     build_s=artifact.build_s)
         t0 = time.perf_counter()
+        try:
+            out = self.call_agent(artifact.payload, dict(zip(INPUT_REGIONS, inputs)), number * repeat,
+                                  options.timeout_s * repeat + 30)
+        except TimeoutError:
+            return MeasureResult(**base, error=ErrorClass.TIMEOUT, run_s=time.perf_counter() - t0,
+                                 message=f"the run exceeded {options.timeout_s:.0f}s per repeat")
+        except BoardLostError:
+            raise BoardLostError(f"config {config.index} lost its board {self.max_lost + 1} times (key {self.key!r}); "
+                                 "check `edgetune board status`") from None
+        board = _text(out.pop("__board__"))
+        run_s = time.perf_counter() - t0
+        if "__error__" in out:
+            return MeasureResult(**base, error=ErrorClass.RUNTIME_ERROR, message=_text(out["__error__"]),
+                                 run_s=run_s)
+        seconds = out.pop("__seconds__").reshape(repeat, number).mean(axis=1)
+        counters = json.loads(_text(out.pop("__counters__")) or "{}")
+        if options.check:
+            expected = template.reference(inputs)
+            correct, verdict = check_output(out.get("out", np.zeros(0)), expected, exact=True)
+            if not correct:
+                return MeasureResult(**base, error=ErrorClass.WRONG_ANSWER, run_s=run_s,
+                                     message=f"output differs from the reference on board {board}: {verdict}")
+        features = {**base.pop("features"), **{f"sim.{k}": float(v) for k, v in counters.items()}}
+        return MeasureResult(**base, features=features, costs=[float(s) for s in seconds if math.isfinite(s)],
+                             run_s=run_s)
+
+    def call_agent(self, program: bytes, arrays: dict[str, np.ndarray], runs: int,
+                   timeout_s: float) -> dict[str, np.ndarray]:
+        """Run a VTA program ``runs`` times on some board with the key, through its agent's
+        ``edgetune.vta.run``, and return the agent's arrays (``out``, ``__seconds__``, ``__counters__``,
+        ``__board__``, or ``__error__`` for a failing program). A lost board is waited for and the call
+        repeated (:class:`BoardLostError` after ``max_lost``); a session past ``timeout_s``:
+        :class:`TimeoutError`. Tuning measures and exports run through here."""
+        if not self._seen:      # fail fast when no board with the key was ever registered
+            from toolkit.rpc.tracker import require_server
+
+            require_server(*self.tracker, self.key, self.board.name)
+            self._seen = True
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
         for _attempt in range(self.max_lost + 1):
-            session = self._session(options.timeout_s * repeat + 30)
+            session = self._session(timeout_s)
             try:
-                raw = session.get_function("edgetune.vta.run")(artifact.payload, buf.getvalue(), number * repeat)
+                raw = session.get_function("edgetune.vta.run")(program, buf.getvalue(), runs)
             except Exception as exc:  # noqa: BLE001 - TVM raises plain errors on a dropped connection
                 if "RPCSessionTimeoutError" in str(exc):
-                    return MeasureResult(**base, error=ErrorClass.TIMEOUT, run_s=time.perf_counter() - t0,
-                                         message=f"the run exceeded {options.timeout_s:.0f}s per repeat")
+                    raise TimeoutError(f"the agent did not answer within {timeout_s:.0f} s") from None
                 self.lost += 1
                 continue
             finally:
                 del session
             out = dict(np.load(io.BytesIO(bytes(raw)), allow_pickle=False))
-            board = _text(out.pop("__board__"))
-            self.served[board] += 1
-            run_s = time.perf_counter() - t0
-            if "__error__" in out:
-                return MeasureResult(**base, error=ErrorClass.RUNTIME_ERROR, message=_text(out["__error__"]),
-                                     run_s=run_s)
-            seconds = out.pop("__seconds__").reshape(repeat, number).mean(axis=1)
-            counters = json.loads(_text(out.pop("__counters__")) or "{}")
-            if options.check:
-                expected = template.reference(inputs)
-                correct, verdict = check_output(out.get("out", np.zeros(0)), expected, exact=True)
-                if not correct:
-                    return MeasureResult(**base, error=ErrorClass.WRONG_ANSWER, run_s=run_s,
-                                         message=f"output differs from the reference on board {board}: {verdict}")
-            features = {**base.pop("features"), **{f"sim.{k}": float(v) for k, v in counters.items()}}
-            return MeasureResult(**base, features=features, costs=[float(s) for s in seconds if math.isfinite(s)],
-                                 run_s=run_s)
-        raise BoardLostError(f"config {config.index} lost its board {self.max_lost + 1} times (key {self.key!r}); "
-                             "check `edgetune board status`")
+            self.served[_text(out["__board__"])] += 1
+            return out
+        raise BoardLostError(f"the board with key {self.key!r} was lost {self.max_lost + 1} times; check "
+                             "`edgetune board status`")
+
