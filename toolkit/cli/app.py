@@ -122,7 +122,6 @@ _COMMANDS = [
     "vta",
     "space",
     "export",
-    "records",
     "bench",
 ]
 for _name in _COMMANDS:
