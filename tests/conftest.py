@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -13,3 +15,14 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     yield
+
+
+@pytest.fixture
+def known_hosts(tmp_path, monkeypatch) -> Path:
+    """An empty known_hosts file for this test (``EDGETUNE_KNOWN_HOSTS``)."""
+    path = tmp_path / "known_hosts"
+    path.write_text("")
+    monkeypatch.setenv("EDGETUNE_KNOWN_HOSTS", str(path))
+    monkeypatch.setenv("EDGETUNE_SSH_CONFIG", str(tmp_path / "no_ssh_config"))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return path

@@ -28,17 +28,6 @@ def emulated_image() -> Path:
 
 
 @pytest.fixture
-def known_hosts(tmp_path, monkeypatch) -> Path:
-    """An empty known_hosts for this test; no SSH agent, no ssh config."""
-    path = tmp_path / "known_hosts"
-    path.write_text("")
-    monkeypatch.setenv("EDGETUNE_KNOWN_HOSTS", str(path))
-    monkeypatch.setenv("EDGETUNE_SSH_CONFIG", str(tmp_path / "no_ssh_config"))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return path
-
-
-@pytest.fixture
 def board(emulated_image):
     """A running emulated board, stopped (namespace, overlay and every process) after the test."""
     b = emu.start_board(emulated_image)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.testing.emulated_board import ssh_banner
+
 SSHD = "/usr/sbin/sshd"
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
@@ -39,14 +41,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-
-
-def _banner(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1) as s:
-            return s.recv(4).startswith(b"SSH-")
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +78,7 @@ def _sshd(tmp_path_factory, sftp: bool):
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log,
                             start_new_session=True)
     deadline = time.monotonic() + 20
-    while not all(_banner(a, port) for a in ADDRESSES):
+    while not all(ssh_banner(a, port) for a in ADDRESSES):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.skip(f"sshd did not start: {(d / 'sshd.log').read_text()[-500:]}")
@@ -96,17 +90,6 @@ def _sshd(tmp_path_factory, sftp: bool):
     os.killpg(proc.pid, 15)
     proc.wait(timeout=10)
     log.close()
-
-
-@pytest.fixture
-def known_hosts(tmp_path, monkeypatch) -> Path:
-    """An empty known_hosts file for this test (``EDGETUNE_KNOWN_HOSTS``)."""
-    path = tmp_path / "known_hosts"
-    path.write_text("")
-    monkeypatch.setenv("EDGETUNE_KNOWN_HOSTS", str(path))
-    monkeypatch.setenv("EDGETUNE_SSH_CONFIG", str(tmp_path / "no_ssh_config"))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return path
 
 
 @pytest.fixture

@@ -310,7 +310,7 @@ def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0)
     b = EmulatedBoard(netns, board, host, work, work / "client_key",
                       " ".join((work / "host_key.pub").read_text().split()[:2]), sshd_pid=proc.pid, _log=log)
     deadline = time.monotonic() + wait_s
-    while not _banner(board, 22):
+    while not ssh_banner(board, 22):
         if proc.poll() is not None or time.monotonic() > deadline:
             tail = b.log_tail()
             b.stop()
@@ -319,7 +319,8 @@ def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0)
     return b
 
 
-def _banner(host: str, port: int) -> bool:
+def ssh_banner(host: str, port: int) -> bool:
+    """Does an SSH server answer at ``host:port`` (its ``SSH-`` greeting within a second)."""
     try:
         with socket.create_connection((host, port), timeout=1) as s:
             return s.recv(4).startswith(b"SSH-")
