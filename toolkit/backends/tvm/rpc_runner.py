@@ -6,7 +6,7 @@ One session (with the inputs already on the board) serves the items of a :meth:`
 call one after another while it is young enough that the server's ``session_timeout`` cannot
 end it mid-item; any failure drops it and the next item gets a fresh session. A session that
 dies mid-measurement (the board rebooted, the server was killed) is not a result: the runner
-waits up to ``wait_timeout_s`` for a server of the same key to come back and measures again;
+waits up to ``wait_s`` for a server of the same key to come back and measures again;
 only if none returns is the item ``BOARD_LOST``.
 
 >>> from toolkit.rpc.tracker import ensure_local_rpc
@@ -235,7 +235,7 @@ class RPCRunner(Runner):
 
         Runs in a thread so a hung kernel times out. ``timeout_s`` counts from the first run on
         the board; getting a session (queued at the tracker behind other users) and uploading
-        have ``wait_timeout_s`` + 60 s. The session is kept only when the item finished cleanly.
+        have ``wait_s`` + 60 s. The session is kept only when the item finished cleanly.
         """
         live, self._live = self._live, None
         if live is not None and not live.usable(id(inputs), options.timeout_s):
