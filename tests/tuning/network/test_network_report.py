@@ -17,12 +17,16 @@ from toolkit.tuning.journal import read_log
 runner = CliRunner()
 
 
-def test_a_network_log_reports_each_task_and_the_network_total(tmp_path):
-    log = tmp_path / "net.jsonl"
-    r = runner.invoke(app, ["tune", "--model", "resnet18", "-b", "vta-fsim", "-n", "150", "--round-trials", "5",
-                            "--log", str(log)])
+def _network_log(path, trials: int, round_trials: int):
+    """A whole-network ResNet-18 log on vta-fsim tuned through the CLI, and its records."""
+    r = runner.invoke(app, ["tune", "--model", "resnet18", "-b", "vta-fsim", "-n", str(trials), "--round-trials",
+                            str(round_trials), "--log", str(path)])
     assert r.exit_code == 0, r.output
-    _, records = read_log(log)
+    return path, read_log(path)[1]
+
+
+def test_a_network_log_reports_each_task_and_the_network_total(tmp_path):
+    log, records = _network_log(tmp_path / "net.jsonl", 150, 5)
     logs = _load([log])
     names = [name.split(" on ")[0] for name, _ in logs]
     assert names == [f"resnet18.C{i}" for i in range(2, 12)]          # one entry per task, whole labels
@@ -46,11 +50,7 @@ def test_a_network_log_reports_each_task_and_the_network_total(tmp_path):
 
 
 def test_a_network_export_names_the_tasks_it_leaves_out(tmp_path):
-    log = tmp_path / "short.jsonl"
-    r = runner.invoke(app, ["tune", "--model", "resnet18", "-b", "vta-fsim", "-n", "20", "--round-trials", "2",
-                            "--log", str(log)])
-    assert r.exit_code == 0, r.output
-    _, records = read_log(log)
+    log, records = _network_log(tmp_path / "short.jsonl", 20, 2)
     with_valid = {rec.workload_key for rec in records if rec.valid}
     without = {rec.workload_key for rec in records} - with_valid
     assert with_valid and without, "the budget must leave some task without a valid config"
