@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from toolkit.vta.errors import EncodingError, ProgramFormatError
 from toolkit.vta.layout import OPCODE_BITS
@@ -150,17 +151,41 @@ def encode_insn(insn: Insn, hw: "VTAConfig") -> bytes:
     op = _opcode(insn)
     if isinstance(insn, MemInsn) and op not in (Opcode.LOAD, Opcode.STORE):
         raise EncodingError("opcode", int(op), OPCODE_BITS)
-    word = 0
-    for name, lsb, width, signed in _layout(_KIND_OF[op], hw):
-        value = int(op) if name == "opcode" else int(getattr(insn, name))
-        if signed:
-            if not -(1 << (width - 1)) <= value < (1 << (width - 1)):
-                raise EncodingError(name, value, width, signed=True)
-            value &= (1 << width) - 1
-        elif not 0 <= value < (1 << width):
-            raise EncodingError(name, value, width)
-        word |= value << lsb
+    try:
+        word = _word_encoder(_KIND_OF[op], hw)(insn, int(op))
+    except _DoesNotFit:
+        _raise_misfit(insn, op, hw)
     return word.to_bytes(hw.insn_bytes, "little")
+
+
+class _DoesNotFit(Exception):
+    """A field of the instruction is out of its range (:func:`_raise_misfit` says which)."""
+
+
+@lru_cache(maxsize=64)
+def _word_encoder(kind: str, hw: "VTAConfig") -> Callable[[Insn, int], int]:
+    """The instruction word of one kind and config, as straight-line Python generated from the field layout
+    (a loop over the layout costs 5x more, and a program has tens of thousands of instructions)."""
+    lines = ["def encode(insn, op):", "    w = 0"]
+    for name, lsb, width, signed in _layout(kind, hw):
+        lines.append("    v = op" if name == "opcode" else f"    v = int(insn.{name})")
+        lo, hi = (-(1 << (width - 1)), 1 << (width - 1)) if signed else (0, 1 << width)
+        lines.append(f"    if v < {lo} or v >= {hi}:\n        raise _DoesNotFit")
+        lines.append(f"    w |= (v & {(1 << width) - 1}) << {lsb}" if signed else f"    w |= v << {lsb}")
+    lines.append("    return w")
+    namespace: dict[str, Any] = {"_DoesNotFit": _DoesNotFit}
+    exec("\n".join(lines), namespace)   # noqa: S102 - the source is built from the layout table only
+    return namespace["encode"]
+
+
+def _raise_misfit(insn: Insn, op: Opcode, hw: "VTAConfig") -> NoReturn:
+    """Raise the :class:`EncodingError` of the first field (in layout order) whose value does not fit."""
+    for name, _, width, signed in _layout(_KIND_OF[op], hw):
+        value = int(op) if name == "opcode" else int(getattr(insn, name))
+        lo, hi = (-(1 << (width - 1)), 1 << (width - 1)) if signed else (0, 1 << width)
+        if not lo <= value < hi:
+            raise EncodingError(name, value, width, signed=signed)
+    raise AssertionError("no field out of range")   # pragma: no cover - _word_encoder found one
 
 
 def decode_insn(data: bytes, hw: "VTAConfig") -> Insn:
