@@ -22,6 +22,7 @@ from toolkit.vta.isa import (
     decode_insn,
     decode_uop,
     encode_insn,
+    encode_insns,
     encode_uop,
     queue_of,
 )
@@ -212,3 +213,16 @@ def test_alu_src_factor_has_the_accumulator_width_and_gemm_the_input_width():
     assert decode_insn(encode_insn(shr, hw), hw) == shr
     with pytest.raises(EncodingError, match="src_factor"):
         encode_insn(GemmInsn(False, 0, 1, 1, 1, 0, 0, 2047, 0, 0, 0), hw)
+
+
+def test_a_whole_program_encodes_as_its_instructions_one_by_one():
+    insns = [MemInsn(**_MEM), GemmInsn(**_GEMM), AluInsn(False, 0, 1, 1, 1, 0, 0, 0, 0, AluOp.ADD, True, -5),
+             MemInsn(**{**_MEM, "opcode": Opcode.STORE}), FinishInsn()]
+    for hw in PRESETS.values():
+        assert encode_insns(insns, hw) == b"".join(encode_insn(i, hw) for i in insns)
+    bad = [MemInsn(**_MEM), GemmInsn(**{**_GEMM, "wgt_factor_in": 1024})]
+    with pytest.raises(EncodingError) as exc:
+        encode_insns(bad, HW)
+    assert exc.value.field == "wgt_factor_in"
+    with pytest.raises(EncodingError, match="opcode"):
+        encode_insns([MemInsn(**{**_MEM, "opcode": Opcode.GEMM})], HW)

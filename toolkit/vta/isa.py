@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 from toolkit.vta.errors import EncodingError, ProgramFormatError
 from toolkit.vta.layout import OPCODE_BITS
@@ -158,6 +158,27 @@ def encode_insn(insn: Insn, hw: "VTAConfig") -> bytes:
     return word.to_bytes(hw.insn_bytes, "little")
 
 
+_KIND_OF_CLASS: dict[type, tuple[str, int]] = {}   # filled below: exact class -> (layout kind, opcode)
+
+
+def encode_insns(insns: Sequence[Insn], hw: "VTAConfig") -> bytes:
+    """``b"".join(encode_insn(i, hw) for i in insns)``, with the encoders looked up once per kind."""
+    encoders = {kind: _word_encoder(kind, hw) for kind in ("mem", "gemm", "alu", "finish")}
+    size, out = hw.insn_bytes, []
+    for insn in insns:
+        kind, op = _KIND_OF_CLASS.get(type(insn), ("", -1))
+        if kind == "mem":
+            op = insn.opcode    # type: ignore[attr-defined]
+            if op != Opcode.LOAD and op != Opcode.STORE:
+                kind = ""
+        try:
+            word = encoders[kind](insn, int(op)) if kind else None
+        except _DoesNotFit:
+            word = None
+        out.append(word.to_bytes(size, "little") if word is not None else encode_insn(insn, hw))
+    return b"".join(out)
+
+
 class _DoesNotFit(Exception):
     """A field of the instruction is out of its range (:func:`_raise_misfit` says which)."""
 
@@ -186,6 +207,10 @@ def _raise_misfit(insn: Insn, op: Opcode, hw: "VTAConfig") -> NoReturn:
         if not lo <= value < hi:
             raise EncodingError(name, value, width, signed=signed)
     raise AssertionError("no field out of range")   # pragma: no cover - _word_encoder found one
+
+
+_KIND_OF_CLASS.update({MemInsn: ("mem", 0), GemmInsn: ("gemm", int(Opcode.GEMM)), AluInsn: ("alu", int(Opcode.ALU)),
+                       FinishInsn: ("finish", int(Opcode.FINISH))})
 
 
 def decode_insn(data: bytes, hw: "VTAConfig") -> Insn:

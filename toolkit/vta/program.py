@@ -46,7 +46,7 @@ from toolkit.vta.isa import (
     Uop,
     decode_insn,
     decode_uop,
-    encode_insn,
+    encode_insns,
     encode_uop,
     insn_kind,
     queue_of,
@@ -151,7 +151,7 @@ class Program:
             _HEADER.pack(VERSION, len(hw_json), len(layout_json), len(self.insns), len(self.uops)),
             hw_json,
             layout_json,
-            b"".join(encode_insn(i, self.hw) for i in self.insns),
+            encode_insns(self.insns, self.hw),
             self.uop_words().astype("<u%d" % self.hw.uop_bytes).tobytes(),
         ])
         return body + struct.pack("<I", zlib.crc32(body))
