@@ -9,7 +9,7 @@ DEMO_DIR ?= demo-out
 
 EMULATION_PACKAGES := qemu-user-static mmdebstrap iproute2
 
-.PHONY: demo test install system-deps emulated-boards test-emulated bench clean
+.PHONY: demo test install system-deps emulated-boards test-emulated bench pretrained clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ demo: install
 bench: install
 	$(PY) -m bench.bench_reliability --write-docs
 	$(PY) -m bench.headline --doc-only
+
+# The transfer models shipped in toolkit/backends/vta/pretrained/, one per VTA preset, trained on the development
+# set (ResNet-18 C2-C11) only; builds the exhaustive simulator logs they learn from first (resumable, ~1 h).
+pretrained: install
+	$(PY) -m toolkit.backends.vta.pretrained
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

@@ -416,7 +416,7 @@ def headline_section() -> list[str]:
         return []
     table = summarise(found)
     lines = ["", "### The same targets from the headline runs", "",
-             "The headline (`python -m bench.headline`, section \"Headline: tuners side by side\") ran all four "
+             "The headline (`python -m bench.headline`, section \"Development set: tuners side by side (ResNet-18 C2-C11)\") ran all four "
              "tuners with the same seeds on pynq-own (`pynq.json`) and zcu102-tvm (`zcu102.json`), through "
              "`edgetune bench` (the same replay); its runs, read with this section's definitions:", "",
              "| setting | tuner | runs | invalid trials (mean/run) | fewer invalid than xgb (>= 75%) | trials to reach "

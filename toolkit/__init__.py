@@ -30,6 +30,8 @@ _API = {
     "register": "toolkit.tuning.tuners.base:register",
     "make_tuner": "toolkit.tuning.tuners.base:make_tuner",
     "read_log": "toolkit.tuning.journal:read_log",
+    "TransferModel": "toolkit.tuning.models.transfer:TransferModel",
+    "transfer_model_from": "toolkit.tuning.models.transfer:transfer_model_from",
     "make_task": "toolkit.backends.registry:make_task",
     "tasks_of": "toolkit.backends.registry:tasks_of",
     "backend_for": "toolkit.backends.registry:backend_for",

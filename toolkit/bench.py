@@ -76,6 +76,9 @@ class BenchRun:
     best_config: dict[str, Any] | None = None
     stopped: str = "budget"
     trials_to_match: int | None = None
+    build_s: float = 0.0
+    compiled: int = 0
+    """Configs the tuner compiled to read their features (``stats()["compiled"]``), measured or not."""
 
     def best(self) -> float:
         """Best seconds, ``inf`` if no valid trial."""
@@ -419,7 +422,9 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
               cache_dirs: Sequence[str | Path] = (DEFAULT_CACHE_DIR,), tuner_options: dict[str, Any] | None = None,
               command: str | None = None, progress: Progress | None = None,
               checkpoint: Callable[[BenchResult], None] | None = None,
-              previous: BenchResult | None = None) -> BenchResult:
+              previous: BenchResult | None = None,
+              variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
+              stop_at_optimum: bool = False) -> BenchResult:
     """Run every tuner on every workload with every seed (``trials`` each) and summarise.
 
     Inside each (workload, seed) block the tuners run one after another, starting with a
@@ -428,7 +433,10 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
     task's exhaustive simulator cache (built on first use into ``cache_dirs[0]``). ``checkpoint``
     gets the result so far (summarised) after each run, to save partial benches. ``previous`` (an
     earlier result of the same bench settings) resumes: its runs are reused, only missing
-    (workload, tuner, seed) runs are run.
+    (workload, tuner, seed) runs are run. ``variants`` names tuners with options: a label in ``tuners``
+    found there runs ``(tuner name, options)`` (options may hold objects, e.g. a transfer model). With
+    ``stop_at_optimum`` (replay only) a run ends at the space's optimum (``stopped="target"``): its best can
+    no longer change, so figures over the budget hold the optimum from there on.
     """
     tuners = list(dict.fromkeys(tuners))
     if not tuners:
@@ -438,14 +446,17 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
                           "choose another --reference")
     if trials < 1 or seeds < 1:
         raise ConfigError(f"--trials and --seeds must be >= 1 (got {trials} and {seeds})")
+    variants = variants or {}
     for name in tuners:
-        make_tuner(name)  # unknown names fail before anything runs
+        make_tuner(variants.get(name, (name, {}))[0])  # unknown names fail before anything runs
     template_options = template_options or {}
     hw = (board.profile.vta or {}).get("preset")
     result = BenchResult(environment(command), {
         "board": board.name, "vta_config": hw, "tuners": tuners, "reference": reference, "trials": trials,
         "seeds": seeds, "replay": replay, "template_options": template_options,
-        "match_tolerance": MATCH_TOLERANCE}, {})
+        "match_tolerance": MATCH_TOLERANCE, **({"stop_at_optimum": True} if stop_at_optimum else {}),
+        **({"variants": {k: {"tuner": n, "options": {o: _describe(v) for o, v in opts.items()}}
+                         for k, (n, opts) in variants.items()}} if variants else {})}, {})
     total = len(workloads) * seeds * len(tuners)
     result.settings["runs_planned"] = total
     done = _reusable_runs(previous, result.settings) if previous is not None else {}
@@ -453,7 +464,7 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
     try:
         for wi, wl in enumerate(workloads):
             _bench_workload(result, board, wl, wi, tuners, trials, seeds, template_options, replay, cache_dirs,
-                            tuner_options or {}, live, progress, total, done,
+                            tuner_options or {}, live, progress, total, done, variants, stop_at_optimum,
                             (lambda: checkpoint(_with_pending(_finish(result, tuners, reference), previous)))
                             if checkpoint else None)
     finally:
@@ -466,6 +477,7 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
                     trials: int, seeds: int, template_options: dict[str, Any], replay: bool,
                     cache_dirs: Sequence[str | Path], tuner_options: dict[str, Any], live: Runner | None,
                     progress: Progress | None, total: int, done: dict[tuple[str, str, int], BenchRun],
+                    variants: dict[str, tuple[str, dict[str, Any]]], stop_at_optimum: bool,
                     after_run: Callable[[], None] | None) -> None:
     """Every seed and tuner on one workload, appended to ``result`` (runs in ``done`` are reused)."""
     task = make_task(wl, board, **template_options)
@@ -492,21 +504,31 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
                 if progress:
                     progress(f"{name} {wl.label} seed {seed} (resumed)", len(result.runs), total)
                 continue
-            tuner = make_tuner(name, seed=seed, **tuner_options.get(name, {}))
+            base, options = variants.get(name, (name, {}))
+            tuner = make_tuner(base, seed=seed, **{**options, **tuner_options.get(name, {})})
+            built = [0.0]
             s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
-                     measure_options=MeasureOptions(check=False))
+                     measure_options=MeasureOptions(check=False),
+                     callback=lambda _, res: built.__setitem__(0, built[0] + sum(r.build_s for r in res)),
+                     target_seconds=info["optimum"] if stop_at_optimum and replay else None)
             js = s.to_json()
             result.runs.append(BenchRun(workload=wl.label, tuner=name, seed=seed, trials=s.trials,
                                         invalid=s.invalid, best_seconds=js["best_seconds"], wall_s=s.wall_s,
                                         tuner_s=s.tuner_s, history=js["history"], best_config=s.best_config,
-                                        stopped=s.stopped))
+                                        stopped=s.stopped, build_s=built[0],
+                                        compiled=int(tuner.stats().get("compiled", 0))))
             if progress:
                 progress(f"{name} {wl.label} seed {seed}", len(result.runs), total)
             if after_run:
                 after_run()
 
 
-RESUME_KEYS = ("board", "vta_config", "trials", "replay", "template_options")
+def _describe(value: Any) -> Any:
+    """A tuner option as the bench JSON records it (an object by its class name)."""
+    return value if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+
+
+RESUME_KEYS = ("board", "vta_config", "trials", "replay", "template_options", "stop_at_optimum")
 """Settings two benches must share for one to resume the other's runs."""
 
 

@@ -27,6 +27,7 @@ from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 if TYPE_CHECKING:   # the export package imports the backends; these names are for annotations only
     from toolkit.export.manifest import ExportManifest, KernelEntry
     from toolkit.rpc.check import Finding
+    from toolkit.tuning.models.transfer import TransferModel
 
 
 def rebuild(template: Template, config: Config) -> Artifact:
@@ -96,6 +97,11 @@ class Backend(abc.ABC):
         raise ConfigError(f"AutoTVM logs are imported for VTA boards (TVM's conv2d_packed.vta template has "
                           f"edgetune's knobs); {board.name} is a {board.profile.family} board, whose AutoTVM "
                           "templates have other knobs")
+
+    def pretrained_transfer(self, profile: BoardProfile) -> TransferModel | None:
+        """The transfer model edgetune ships for boards of ``profile`` (trained on the development set);
+        ``None`` where it ships none."""
+        return None
 
     # -- export -------------------------------------------------------------------------------------
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from toolkit import console
 from toolkit.backends.vta.backend import with_vta_preset
-from toolkit.boards import Inventory, resolve_board
+from toolkit.boards import Board, Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.cli.options import InventoryOpt, JsonOpt, check_folder
 from toolkit.errors import ConfigError
 from toolkit.tuning.journal import read_log
+from toolkit.tuning.models.transfer import transfer_model_from
 from toolkit.tuning.session import TuneSummary, default_log_path, tune as run_tune
 from toolkit.backends import backend_for, make_runner
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.core.space import ConfigSpace
-from toolkit.tuning.tuners.base import make_tuner, tuner_class, tuner_names
+from toolkit.tuning.tuners.base import DEFAULT_TUNER, make_tuner, tuner_class, tuner_names
 from toolkit.workloads import parse_workload
 from toolkit.backends import make_task
 
@@ -34,6 +35,24 @@ def parse_options(items: list[str] | None) -> dict[str, str]:
             raise ConfigError(f"--option {item!r} is not KEY=VALUE (e.g. --option plan_size=32)")
         out[key.strip()] = value.strip()
     return out
+
+
+def transfer_options(source: str | None, tuner: str, board: Board) -> dict[str, Any]:
+    """The tuner option ``--transfer SOURCE`` stands for: ``{}`` (the tuner's default), ``none``, ``pretrained``
+    (:class:`ConfigError` where edgetune ships no model for the board) or a model fitted on logs / loaded."""
+    if source is None:
+        return {}
+    if "transfer" not in tuner_class(tuner).options:
+        raise ConfigError(f"tuner {tuner!r} does not learn from other tasks; --transfer needs ml2tuner or "
+                          "chameleon-ml2")
+    if source == "none":
+        return {"transfer": None}
+    if source == "pretrained":
+        if backend_for(board.profile).pretrained_transfer(board.profile) is None:
+            raise ConfigError(f"edgetune ships no pretrained model for {board.name}; pass your own tuning logs "
+                              "(--transfer edgetune-logs/)")
+        return {"transfer": "pretrained"}
+    return {"transfer": transfer_model_from(source)}
 
 
 def _trials_in(path: Path) -> int:
@@ -71,7 +90,7 @@ def tune(
         "--workload", "-w", help="Workload: a named layer (resnet18.C2) or a spec.")] = None,
     board: Annotated[str, typer.Option("--board", "-b", help="Board name (registered, or vta-fsim / local).")]
     = "vta-fsim",
-    tuner: Annotated[str, typer.Option("--tuner", "-t", help="Tuner name; see `edgetune tuners`.")] = "xgb",
+    tuner: Annotated[str, typer.Option("--tuner", "-t", help="Tuner name; see `edgetune tuners`.")] = DEFAULT_TUNER,
     log: Annotated[Optional[Path], typer.Option(help="Tuning log (default edgetune-logs/<board>/<workload>.jsonl).")]
     = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an existing log; measured configs are skipped.")]
@@ -109,6 +128,10 @@ def tune(
              "trial stays in the log).", rich_help_panel="Measurement")] = 120.0,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
+    transfer: Annotated[Optional[str], typer.Option(
+        "--transfer", metavar="LOGS_OR_MODEL", help="Start from what other tuning learned: a tuning log, a folder "
+        "of logs, a transfer model file, 'pretrained' (the model edgetune ships for the board) or 'none'. Default: "
+        "the tuner's own (see `edgetune tuners NAME`).")] = None,
     model: Annotated[Optional[str], typer.Option(
         "--model", "-m", help="Tune a whole network instead of --workload: a built-in network (resnet18; see "
                               "`edgetune workloads networks`) or a PyTorch model (.pt2, TorchScript, module:factory).",
@@ -145,12 +168,13 @@ def tune(
 
         if more is not None:
             raise ConfigError("--more applies to one workload; give --model with --trials N (the budget in all)")
-        return tune_model(model=model, board=brd, trials=trials, tuner=tuner, tuner_options=parse_options(option),
+        return tune_model(model=model, board=brd, trials=trials, tuner=tuner,
+                          tuner_options={**parse_options(option), **transfer_options(transfer, tuner, brd)},
                           scheduler=scheduler, round_trials=round_trials, input_shape=input_shape,
                           first_conv=first_conv, log=log, resume=resume, seed=seed,
                           template_options=template_options, check=check, json=json)
     wl = parse_workload(workload)
-    tuner_obj = make_tuner(tuner, seed=seed, **parse_options(option))
+    tuner_obj = make_tuner(tuner, seed=seed, **{**parse_options(option), **transfer_options(transfer, tuner, brd)})
     task = make_task(wl, brd, **template_options)
     log_path = log or default_log_path(task)
     held = _trials_in(log_path) if resume else 0

@@ -33,6 +33,7 @@ from toolkit.tuning.session import Session, TuneSummary
 from toolkit.tuning.core.builder import Builder
 from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.journal import Record, open_journal
+from toolkit.tuning.models.transfer import GrowingTransfer
 from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.scheduler import TaskScheduler
 from toolkit.tuning.core.task import Task
@@ -106,6 +107,19 @@ class NetworkSummary:
         return d | {"trials": self.trials, "resumed": self.resumed, "total_seconds": fin(self.total_seconds)}
 
 
+def _network_transfer(tuners: Sequence[Tuner], board: Any, seed: int) -> GrowingTransfer | None:
+    """The network's own transfer model when its tuners learn from other tasks (``use_transfer``): it
+    fine-tunes the model they were given (``'pretrained'``: the board's shipped one), else starts from none."""
+    if not tuners or not all(hasattr(t, "use_transfer") for t in tuners):
+        return None
+    given = tuners[0].params.get("transfer")
+    if given == "pretrained":
+        from toolkit.backends import backend_for
+
+        given = backend_for(board.profile).pretrained_transfer(board.profile)
+    return GrowingTransfer(base=given if hasattr(given, "predict_seconds") else None, seed=seed)
+
+
 MeasureWith = Callable[[Task], tuple[Builder, Runner]]
 """Builder and runner for a task (e.g. replaying a cache); default: the board's, shared by all tasks."""
 
@@ -163,6 +177,11 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             if outcomes[i].trials >= task.space.size:
                 outcomes[i].exhausted = True
                 scheduler.exhausted.add(i)
+        network_model = _network_transfer(tuners, board, seed)
+        given: list[Any] = [None] * len(tasks)
+        if network_model is not None:
+            for i, hist in enumerate(history):
+                network_model.add(i, hist)
         pairs = [shared or measure_with(task) for task in tasks]  # type: ignore[misc]
         sessions = [Session(task, tuners[i], builder=pairs[i][0], runner=pairs[i][1], measure_options=measure_options)
                     for i, task in enumerate(tasks)]     # one per task: its tuner lives across rounds
@@ -175,15 +194,21 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             out = outcomes[i]
             desc = tasks[i].describe()
 
-            def record(first: int, results: Sequence[MeasureResult], out: TaskOutcome = out, desc: dict = desc) -> None:
+            def record(first: int, results: Sequence[MeasureResult], out: TaskOutcome = out, desc: dict = desc,
+                       k: int = i) -> None:
                 for r in results:
                     if journal is not None:
                         journal.append(Record.from_result(r, trial=out.trials, tuner=summary.tuner, task=desc))
                     out.add(r)
+                if network_model is not None:
+                    network_model.add(k, results)
 
             before = out.trials
             if not sessions[i].started:
                 sessions[i].start(history[i])
+            if network_model is not None and (model := network_model.current()) is not given[i]:
+                tuners[i].use_transfer(model)   # type: ignore[attr-defined]
+                given[i] = model
             round_summary = TuneSummary(workload=tasks[i].workload.label, board=board.name, tuner=summary.tuner,
                                         flops=tasks[i].flops)
             sessions[i].run(n, round_summary, record=record)

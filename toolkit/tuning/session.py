@@ -100,7 +100,8 @@ def default_log_path(task: Task, root: str | Path = "edgetune-logs") -> Path:
 def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = None, resume: bool = False,
          early_stopping: int | None = None, builder: Builder | None = None, runner: Runner | None = None,
          measure_options: MeasureOptions | None = None, callback: Callback | None = None,
-         batch_size: int | None = None, time_budget_s: float | None = None) -> TuneSummary:
+         batch_size: int | None = None, time_budget_s: float | None = None,
+         target_seconds: float | None = None) -> TuneSummary:
     """Tune ``task`` for ``n_trials`` trials in all (a resumed log's trials count towards them).
 
     Every config sent to build+measure is a trial; every failure is an invalid trial; a lost
@@ -108,7 +109,8 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
     ``resume`` the log's trials are restored (header must match the task, else
     :class:`LogError`) and never measured again. ``early_stopping=K`` stops when the best has
     not improved for ``K`` trials (AutoTVM); ``time_budget_s`` stops starting new rounds once the run has
-    lasted that long (``stopped="time_budget"``). Builder and runner default to the board's;
+    lasted that long (``stopped="time_budget"``); ``target_seconds`` stops once the best is that fast
+    (``stopped="target"``: benchmarks that know a space's optimum stop there, nothing after it can change). Builder and runner default to the board's;
     a *driver* tuner (``drives_itself``, e.g. ``metaschedule``) gets the whole run through its
     ``drive(task, n_trials, log=, resume=, runner=, measure_options=, callback=)`` instead;
     ``measure_options`` defaults to timing only (no output check, as AutoTVM); pass
@@ -143,7 +145,7 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
                           batch_size=batch_size)
         summary.tuner_s += session.start(history)
         session.run(n_trials, summary, early_stopping=early_stopping, time_budget_s=time_budget_s,
-                    started=t_start, record=record if journal is not None else None, callback=callback)
+                    started=t_start, target_seconds=target_seconds, record=record if journal is not None else None, callback=callback)
     finally:
         if journal is not None:
             journal.close()
@@ -181,7 +183,8 @@ class Session:
 
         ctx = TuningContext(space=task.space, compile_features=compile_features,
                             n_parallel=max(1, builder.n_parallel),
-                            extra={"flops": float(task.flops), "task": task.describe()})
+                            extra={"flops": float(task.flops), "task": task.describe(),
+                                   "pretrained": lambda: task.backend.pretrained_transfer(task.board.profile)})
         t0 = time.perf_counter()
         self.tuner.setup(ctx)
         self.measured.update(r.index for r in history)
@@ -191,7 +194,7 @@ class Session:
         return time.perf_counter() - t0
 
     def run(self, n_trials: int, summary: TuneSummary, *, early_stopping: int | None = None,
-            time_budget_s: float | None = None, started: float | None = None,
+            time_budget_s: float | None = None, started: float | None = None, target_seconds: float | None = None,
             record: Callable[[int, Sequence[MeasureResult]], None] | None = None,
             callback: Callback | None = None) -> TuneSummary:
         """Tune until ``summary`` holds ``n_trials`` trials (or the tuner, early stopping or the time
@@ -208,6 +211,9 @@ class Session:
                 break
             if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
                 summary.stopped = "time_budget"
+                break
+            if target_seconds is not None and summary.best_seconds <= target_seconds:
+                summary.stopped = "target"
                 break
             t0 = time.perf_counter()
             proposed = self.tuner.propose(min(self.batch, n_trials - summary.trials))

@@ -28,6 +28,7 @@ from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
 if TYPE_CHECKING:
     from toolkit.export.manifest import ExportManifest, KernelEntry
+    from toolkit.tuning.models.transfer import TransferModel
 
 CHANNEL_BLOCK = 16
 """Channels of a network layer are padded to this block, as TVM's VTA ``graph_pack`` does."""
@@ -150,6 +151,12 @@ class VTABackend(Backend):
                            "(`echo 'USER ALL=(ALL) NOPASSWD: ALL' | sudo tee /etc/sudoers.d/edgetune`)"))
         return out
 
+    def pretrained_transfer(self, profile: BoardProfile) -> TransferModel | None:
+        """The shipped transfer model of the board's VTA preset (:mod:`toolkit.backends.vta.pretrained`)."""
+        from toolkit.backends.vta.pretrained import load_pretrained
+
+        return load_pretrained(profile.vta["preset"]) if profile.vta and "preset" in profile.vta else None
+
     # -- export -------------------------------------------------------------------------------------
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
         return profile_hw(profile)
@@ -176,7 +183,7 @@ class VTABackend(Backend):
 
     def write_kernel(self, template: Template, config: Config, folder: Path, stem: str
                      ) -> tuple[dict[str, str], dict[str, Any]]:
-        from toolkit.vta.isa import encode_insn
+        from toolkit.vta.isa import encode_insns
         from toolkit.vta.program import Program
 
         artifact = rebuild(template, config)
@@ -184,7 +191,7 @@ class VTABackend(Backend):
         files = {"program": f"{stem}.vtaprog", "insns": f"{stem}.insns.bin", "uops": f"{stem}.uops.bin",
                  "params": f"{stem}.json"}
         (folder / files["program"]).write_bytes(artifact.payload)
-        (folder / files["insns"]).write_bytes(b"".join(encode_insn(i, program.hw) for i in program.insns))
+        (folder / files["insns"]).write_bytes(encode_insns(program.insns, program.hw))
         (folder / files["uops"]).write_bytes(program.uop_words().astype(f"<u{program.hw.uop_bytes}").tobytes())
         params = _program_params(program, template.workload)
         (folder / files["params"]).write_text(json.dumps(params, indent=2) + "\n")

@@ -57,15 +57,22 @@ class VTAConv2dTemplate(Template):
 
         return vta_conv2d_space(self.workload, self.hw)
 
-    def build(self, config: Config) -> Artifact:
+    def _compile(self, config: Config) -> Any:
         from toolkit.vta.compiler import compile_conv2d
         from toolkit.vta.errors import VTAError
 
         try:
-            compiled = compile_conv2d(self.workload, config.values, self.hw, bias=self.options["bias"],
-                                      tvm_compat=self.options["tvm_compat"])
+            return compile_conv2d(self.workload, config.values, self.hw, bias=self.options["bias"],
+                                  tvm_compat=self.options["tvm_compat"])
         except VTAError as exc:
             raise BuildError(f"{type(exc).__name__}: {exc}", error=ErrorClass.INVALID_CONFIG) from None
+
+    def features(self, config: Config) -> dict[str, float]:
+        """The compiler's features without encoding the program (a third of a build's time)."""
+        return {k: float(v) for k, v in self._compile(config).features.items()}
+
+    def build(self, config: Config) -> Artifact:
+        compiled = self._compile(config)
         return Artifact(index=config.index, kind="vta-program", payload=compiled.program.to_bytes(),
                         features={k: float(v) for k, v in compiled.features.items()}, obj=compiled.program)
 

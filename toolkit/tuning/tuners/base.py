@@ -168,6 +168,11 @@ BUILTIN_TUNERS: dict[str, str] = {
 """Built-in tuners: name -> ``module:class``, imported on first use (``make_tuner("random")`` imports
 neither torch nor TVM). ``metaschedule`` is a driver the TVM backend provides."""
 
+DEFAULT_TUNER = "chameleon-ml2"
+"""The tuner ``edgetune tune`` (and ``tune --model``, ``make demo``) uses when none is named: the one that
+measures best on the test set (docs/benchmarks.md, "Headline: the test set"), starting from the transfer model
+edgetune ships for the board where there is one."""
+
 TUNERS: dict[str, type[Tuner]] = {}
 """Tuner classes loaded so far, by name: built-ins once used, and every class passed to :func:`register`."""
 

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.tuning.models.advanced import TIME_PREFIX, AdvancedCostModel, time_columns
+from toolkit.errors import ConfigError
 from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.search.annealing import SimulatedAnnealing
 from toolkit.tuning.search.sampling import cardinal_knobs, select_k
@@ -52,6 +53,9 @@ from toolkit.tuning.models.validity import ValidityModel
 MAX_EMPTY_ROUNDS = 8
 """Rounds in a row whose every candidate failed to compile before ``propose`` gives up (returns nothing):
 on a space where nothing builds the tuner ends instead of compiling forever."""
+
+PRIOR_KEY = "time.prior"
+"""The compile feature holding the transfer model's estimate (seconds) of a config."""
 
 MIN_VALID_FOR_A = 4
 """ModelA is fitted once this many valid measurements have compile features; before that ModelP ranks."""
@@ -98,11 +102,28 @@ class ML2Tuner(XGBTuner):
                            "has a time model on the compiler's time terms, as on VTA)", str, ("auto", "yes", "no")),
         "use_a": Option(True, "rank survivors with ModelA (False: with ModelP, the ablation without hidden features)",
                         bool),
+        "transfer": Option(None, "a TransferModel trained on other tasks' records, 'pretrained' (the model edgetune "
+                           "ships for the board, if any) or None (start from nothing): it ranks the first round's "
+                           "compiled configs, and ModelA learns this task's correction to its estimate (an edgetune "
+                           "addition; docs/tuners.md, section transfer)", object),
+        "prior_pool": Option(512, "with transfer: random configs compiled and ranked by the transfer model for the "
+                             "first round", int),
     }
+
+    def check_params(self) -> None:
+        super().check_params()
+        prior = self.params["transfer"]
+        if prior not in (None, "pretrained") and not callable(getattr(prior, "predict_seconds", None)):
+            raise ConfigError(f"option transfer={prior!r} is not a transfer model; pass a TransferModel (on the "
+                              "command line: --transfer LOG_DIR_OR_MODEL)")
 
     # -- setup / hooks -----------------------------------------------------------------------
     def setup(self, ctx: TuningContext) -> None:
         super().setup(ctx)
+        prior = self.params["transfer"]
+        if prior == "pretrained":   # the model edgetune ships for the task's board, if any
+            prior = ctx.extra["pretrained"]() if "pretrained" in ctx.extra else None
+        self.prior = prior if ctx.compile_features is not None else None
         self.failed: set[int] = set()            # compile failures found for features: invalid, never trials
         self.hidden: dict[int, dict[str, float]] = {}
         self.hidden_keys: list[str] = []         # ModelA's compile-feature columns, in first-seen order
@@ -137,6 +158,12 @@ class ML2Tuner(XGBTuner):
                 xs += extra
                 pred = self.model_a.predict(self._features_a(extra)) * self.model_a.y_max_  # back to throughput
                 ys += [float(v) for v in np.maximum(pred, 0.0)]
+        elif self.prior is not None:   # before ModelA: the explorer searches with the transfer model's estimates
+            done = set(self.xs)
+            extra = [i for i in self.hidden if i not in done and PRIOR_KEY in self.hidden[i]]
+            scale = self._prior_scale()
+            xs += extra
+            ys += [self.flops / (self.hidden[i][PRIOR_KEY] * scale) for i in extra]
         self.model = self._new_model().fit(self._features(xs), np.asarray(ys))
 
     def _p_from_a(self) -> bool:
@@ -180,10 +207,43 @@ class ML2Tuner(XGBTuner):
                     self._n["compile_failed"] += 1
                 else:
                     self._store_hidden(i, feat)
+            self._add_prior([i for i in todo if i in self.hidden])
         elif todo:
             for i in todo:
                 self.hidden[i] = {}
         return [i for i in indices if i not in self.failed]
+
+    def use_transfer(self, model: Any) -> None:
+        """Start using ``model`` (a fitted TransferModel) from the next round on: whole-network tuning hands
+        each task's tuner a model of the network's other records as they grow."""
+        self.params["transfer"] = model
+        if not hasattr(self, "ctx") or self.ctx.compile_features is None:
+            return
+        self.prior = model
+        for i in self.hidden:
+            self.hidden[i].pop(PRIOR_KEY, None)
+        self._add_prior(list(self.hidden))
+
+    def resolved_transfer(self) -> Any:
+        """The transfer model this tuner uses (``'pretrained'`` resolved once set up), or ``None``."""
+        return getattr(self, "prior", None)
+
+    def _add_prior(self, indices: Sequence[int]) -> None:
+        """The transfer model's seconds of freshly compiled configs, as the compile feature ``PRIOR_KEY``."""
+        if self.prior is None or not indices:
+            return
+        pred = self.prior.predict_seconds([self.hidden[i] for i in indices])
+        for i, v in zip(indices, pred):
+            self.hidden[i][PRIOR_KEY] = float(v)
+        if PRIOR_KEY not in self._hidden_key_set:
+            self._hidden_key_set.add(PRIOR_KEY)
+            self.hidden_keys.append(PRIOR_KEY)
+
+    def _prior_scale(self) -> float:
+        """Measured / predicted seconds (geometric mean over the valid trials; 1 before any)."""
+        ratios = [self.flops / y / self.hidden[x][PRIOR_KEY] for x, y in zip(self.xs, self.ys)
+                  if y > 0 and PRIOR_KEY in self.hidden.get(x, {})]
+        return float(np.exp(np.mean(np.log(ratios)))) if ratios else 1.0
 
     def _store_hidden(self, index: int, feat: dict[str, float]) -> None:
         self.hidden[index] = {k: float(v) for k, v in feat.items()}
@@ -228,7 +288,11 @@ class ML2Tuner(XGBTuner):
         if sum(1 for _, y in keep if y > 0) < MIN_VALID_FOR_A:
             return
         xs = [x for x, _ in keep]
-        self.model_a = AdvancedCostModel(**time_columns(self.hidden_keys, self.space.features([xs[0]]).shape[1]),
+        offset = self.space.features([xs[0]]).shape[1]
+        columns = time_columns(self.hidden_keys, offset)
+        if self.prior is not None:   # the time model is a + b * (transfer estimate); the trees learn the rest
+            columns = {"term_cols": [offset + self.hidden_keys.index(PRIOR_KEY)], "group_col": None}
+        self.model_a = AdvancedCostModel(**columns,
                                          seed=self.seed + self.train_ct, max_rounds=self.params["max_rounds"])
         self.model_a.fit(self._features_a(xs), np.asarray([y for _, y in keep]))
         self._n["a_fits"] += 1
@@ -239,6 +303,8 @@ class ML2Tuner(XGBTuner):
             return []
         if self.model_a is not None:
             scores = self.model_a.predict(self._features_a(indices))
+        elif self.prior is not None and all(PRIOR_KEY in self.hidden.get(i, {}) for i in indices):
+            scores = -np.array([self.hidden[i][PRIOR_KEY] for i in indices])
         elif self.model is not None:
             scores = self.model.predict(self._features(indices))
         else:
@@ -346,7 +412,11 @@ class ML2Tuner(XGBTuner):
             self._fit_a()
         t1 = time.perf_counter()
         exclude = self.visited | self.failed
-        cands = self._explore((self.params["alpha"] + 1) * n, exclude)
+        if self.model is None and self.prior is not None:   # nothing measured: the transfer model picks
+            cands = self.space.sample(max(self.params["prior_pool"], (self.params["alpha"] + 1) * n), self.rng,
+                                      exclude=exclude)
+        else:
+            cands = self._explore((self.params["alpha"] + 1) * n, exclude)
         if self.params["a_pool"] and self.model_a is not None:
             cands += self.space.sample(self.params["a_pool"], self.rng, exclude=exclude | set(cands))
         carried = self._carried(set(cands))   # ranking the leftovers is search time too
@@ -446,6 +516,7 @@ class ChameleonML2Tuner(ML2Tuner):
         "alpha": replace(ML2Tuner.options["alpha"], default=15),
         "fill_to_n": Option(True, "after one config per cluster, ModelA's best other survivors fill the round up "
                             "to N (False: k configs per round, Chameleon's adaptive count; more rounds)", bool),
+        "transfer": replace(ML2Tuner.options["transfer"], default="pretrained"),
     }
 
     def setup(self, ctx: TuningContext) -> None:

@@ -1,0 +1,358 @@
+"""The test-set benchmark: tuners on conv layers no default was chosen on, measured by what luck cannot win.
+
+``.venv/bin/python -m bench.bench_testset`` runs every tuner on every layer of a split
+(:mod:`toolkit.workloads.splits`; ``--split test`` by default, ``--split development`` to choose defaults)
+with ``--seeds`` seeds and ``--trials`` trials each, in both VTA settings of the headline (the simulator with
+the Pynq preset in edgetune's own space; with the ZCU102 preset in the TVM-compatible space), replaying every
+measurement from an exhaustive simulator log of the layer's space (built first where missing, resumably, in
+``bench/out/testset-cache/``; ``--caches-only`` builds them and stops). Runs are saved after each one in
+``bench/out/testset/<split>-<setting>.json`` and an interrupted run resumes. ``--report-only`` rewrites the
+docs section from the saved runs.
+
+Tuner labels: a tuner name, or ``NAME+transfer``: that tuner starting from the transfer model edgetune ships
+for the setting's preset (:mod:`toolkit.backends.vta.pretrained`, trained on the development set only).
+
+Figures, per setting and tuner, from each run's best-so-far history (:mod:`toolkit.tuning.metrics`):
+trials to the space's exact optimum (geometric mean over layer x seed; a run that never reaches it counts
+with the whole budget) and its ratio to ``xgb``'s; median trials to within 0.5 % and 1 % of the optimum;
+mean regret (best / optimum - 1) over the budget and at trials 10, 25, 50, 100; the paired difference
+against ``xgb`` of log2(trials to the optimum) with its standard error; tuner seconds per trial; and the
+modelled time to the optimum on a board (below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolkit.bench import BenchResult, BenchRun, geomean, run_bench, write_doc_section
+from toolkit.tuning.metrics import mean_regret, paired_difference, regret, regret_at, trials_to_optimum
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out" / "testset"
+CACHE = ROOT / "bench" / "out" / "testset-cache"
+DEV_CACHE = ROOT / "bench" / "out" / "headline-cache"
+IMG = ROOT / "docs" / "img"
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Headline: the test set"
+EMULATED = ROOT / "bench" / "out" / "emulated.json"
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    "pynq": {"title": "VTA simulator, Pynq preset, edgetune's space", "preset": "pynq", "options": {}},
+    "zcu102": {"title": "VTA simulator, ZCU102 preset (ML2Tuner's enlarged VTA), TVM-compatible space",
+               "preset": "zcu102", "options": {"tvm_compat": True}},
+}
+TUNERS = "xgb,ml2tuner,ml2tuner+transfer,chameleon-ml2+transfer"
+REFERENCE = "xgb"
+CHECKPOINTS = (10, 25, 50, 100)
+TRANSFER = "+transfer"
+
+
+def board_for(preset: str):
+    from toolkit.backends.vta.backend import with_vta_preset
+    from toolkit.boards import resolve_board
+
+    return with_vta_preset(resolve_board("vta-fsim"), preset if preset != "pynq" else None)
+
+
+def variants(labels: Sequence[str], preset: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``NAME+transfer`` labels -> (NAME, {"transfer": the preset's shipped model}); a plain label of a tuner
+    that can transfer starts cold (``transfer=None``), whatever that tuner's default."""
+    from toolkit.backends.vta.pretrained import load_pretrained
+    from toolkit.tuning.tuners.base import tuner_class
+
+    out = {}
+    for label in labels:
+        if label.endswith(TRANSFER):
+            model = load_pretrained(preset)
+            if model is None:
+                sys.exit(f"no pretrained model for {preset}; build them with make pretrained")
+            out[label] = (label[: -len(TRANSFER)], {"transfer": model})
+        elif "transfer" in tuner_class(label).options:
+            out[label] = (label, {"transfer": None})
+    return out
+
+
+def json_path(split: str, setting: str, part: str | None = None) -> Path:
+    return OUT / f"{split}-{setting}{'-' + part if part else ''}.json"
+
+
+def load_setting(split: str, setting: str) -> BenchResult | None:
+    """Every saved part of a setting's runs as one result (a run present in several parts counts once)."""
+    parts = sorted(OUT.glob(f"{split}-{setting}.json")) + sorted(OUT.glob(f"{split}-{setting}-*.json"))
+    if not parts:
+        return None
+    results = [BenchResult.load(p) for p in parts]
+    merged = BenchResult(results[0].environment, dict(results[0].settings), {}, [])
+    seen: set[tuple[str, str, int]] = set()
+    for r in results:
+        merged.workloads.update(r.workloads)
+        for run_ in r.runs:
+            if (run_.workload, run_.tuner, run_.seed) not in seen:
+                seen.add((run_.workload, run_.tuner, run_.seed))
+                merged.runs.append(run_)
+    if len(results) > 1:
+        merged.environment = {**merged.environment,
+                              "command": "; ".join(dict.fromkeys(r.environment["command"] for r in results))}
+        merged.settings["seeds"] = max(int(r.settings["seeds"]) for r in results)
+    return merged
+
+
+def run(split: str, setting: str, labels: list[str], trials: int, seeds: int, layers: list[str] | None,
+        caches_only: bool, part: str | None = None) -> None:
+    from toolkit import console
+    from toolkit.backends import make_task
+    from toolkit.bench import ensure_cache
+    from toolkit.workloads import parse_workload
+    from toolkit.workloads.splits import development_set, test_set
+
+    s = SETTINGS[setting]
+    board = board_for(s["preset"])
+    workloads = [parse_workload(x) for x in layers] if layers else (
+        test_set() if split == "test" else development_set())
+    dirs = [CACHE, DEV_CACHE] if split == "test" else [DEV_CACHE, CACHE]
+    if caches_only:
+        for wl in workloads:
+            task = make_task(wl, board, **s["options"])
+            ensure_cache(task, dirs)
+            print(f"{setting} {wl.label}: {task.space.size} configs cached", flush=True)
+        return
+    path = json_path(split, setting, part)
+    previous = BenchResult.load(path) if path.exists() else None
+    command = "python -m bench.bench_testset " + " ".join(sys.argv[1:])
+
+    def save(result: BenchResult) -> None:
+        OUT.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result.to_json()) + "\n")
+        tmp.replace(path)
+
+    with console.progress() as bar:
+        tid = bar.add_task(f"{split} {setting}", total=len(workloads) * seeds * len(labels), status="")
+        result = run_bench(board, workloads, labels, trials, seeds, reference=REFERENCE,
+                           template_options=s["options"], cache_dirs=dirs, command=command,
+                           progress=lambda what, done, total: bar.update(tid, completed=done, status=what),
+                           checkpoint=save, previous=previous, variants=variants(labels, s["preset"]),
+                           stop_at_optimum=True)
+    save(result)
+
+
+# -- figures ------------------------------------------------------------------------------------------
+def per_trial_board_s() -> tuple[float, str]:
+    """Seconds a trial costs on a board besides compiling: the emulated ZCU102 board's measured tune time
+    per trial (``bench.bench_emulated``: SSH tunnel, RPC upload, the board's driver and device)."""
+    try:
+        flows = json.loads(EMULATED.read_text())["flows"]
+        flow = next(f for f in flows if f["board"] == "zcu102")
+        return float(flow["tune_s"]) / float(flow["trials"]), "the emulated ZCU102 board's tune time per trial"
+    except (OSError, ValueError, KeyError, StopIteration):
+        return 1.0, "an assumed 1 s per trial (bench/out/emulated.json not found)"
+
+
+def padded(run_: BenchRun, budget: int) -> list[float | None]:
+    """A run's best-so-far history over the whole budget: a run that stopped at the optimum holds it."""
+    h = list(run_.history)
+    return h + [h[-1]] * (budget - len(h)) if run_.stopped == "target" and h else h
+
+
+def run_figures(run_: BenchRun, optimum: float, budget: int, board_s: float) -> dict[str, float]:
+    """The luck-free figures of one run."""
+    h = padded(run_, budget)
+    t_opt = trials_to_optimum(h, optimum)
+    counted = t_opt or budget
+    share = counted / max(1, run_.trials)
+    build = run_.build_s / max(1, run_.trials)
+    extra = max(0, run_.compiled - run_.trials) * build      # compiled for features, never measured
+    return {
+        "t_opt": counted, "reached": t_opt is not None,
+        "t_05": trials_to_optimum(h, optimum, 0.005) or budget, "t_1": trials_to_optimum(h, optimum, 0.01) or budget,
+        "mean_regret": mean_regret(h, optimum, budget),
+        **{f"r{k}": regret_at(h, optimum, k) for k in CHECKPOINTS},
+        "tuner_s_per_trial": run_.tuner_s / max(1, run_.trials),
+        "board_s_to_opt": counted * (build + board_s) + share * (extra + run_.tuner_s),
+    }
+
+
+def figures(result: BenchResult, board_s: float) -> dict[str, dict[str, Any]]:
+    """Per tuner: aggregated figures, and paired differences against the reference."""
+    budget = int(result.settings["trials"])
+    opt = {k: v["optimum"] for k, v in result.workloads.items()}
+    per = {(r.workload, r.seed, r.tuner): run_figures(r, opt[r.workload], budget, board_s)
+           for r in result.runs if opt.get(r.workload)}
+    tuners = list(dict.fromkeys(r.tuner for r in result.runs))
+    keys = sorted({(w, s) for w, s, _ in per})
+    out: dict[str, dict[str, Any]] = {}
+    for t in tuners:
+        rows = [per[(w, s, t)] for w, s in keys if (w, s, t) in per]
+        ref = [per[(w, s, REFERENCE)] for w, s in keys if (w, s, t) in per and (w, s, REFERENCE) in per]
+        mine = [per[(w, s, t)] for w, s in keys if (w, s, t) in per and (w, s, REFERENCE) in per]
+        d = paired_difference([math.log2(m["t_opt"]) for m in mine], [math.log2(m["t_opt"]) for m in ref])
+        dr = paired_difference([m["mean_regret"] for m in mine], [m["mean_regret"] for m in ref])
+        out[t] = {
+            "runs": len(rows), "reached": sum(r["reached"] for r in rows),
+            "t_opt": geomean(r["t_opt"] for r in rows),
+            "t_opt_vs_ref": (geomean(m["t_opt"] for m in mine) / geomean(m["t_opt"] for m in ref)) if ref else None,
+            "log2_diff": d, "regret_diff": dr,
+            "t_05_median": float(np.median([r["t_05"] for r in rows])),
+            "t_1_median": float(np.median([r["t_1"] for r in rows])),
+            "mean_regret": float(np.mean([r["mean_regret"] for r in rows])),
+            **{f"r{k}": float(np.mean([r[f"r{k}"] for r in rows])) for k in CHECKPOINTS},
+            "tuner_s_per_trial": float(np.mean([r["tuner_s_per_trial"] for r in rows])),
+            "board_s_to_opt": geomean(r["board_s_to_opt"] for r in rows),
+        }
+    return out
+
+
+def plot(result: BenchResult, path: Path, title: str) -> None:
+    """Mean regret vs trials (over layer x seed) per tuner, log-log, with the standard error as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budget = int(result.settings["trials"])
+    opt = {k: v["optimum"] for k, v in result.workloads.items()}
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    x = np.arange(1, budget + 1)
+    for i, t in enumerate(dict.fromkeys(r.tuner for r in result.runs)):
+        curves = []
+        for r in result.runs:
+            if r.tuner == t and opt.get(r.workload):
+                c = regret(padded(r, budget), opt[r.workload])
+                curves.append(np.pad(c, (0, budget - len(c)), mode="edge") if len(c) < budget else c[:budget])
+        arr = np.array(curves)
+        mean, se = arr.mean(0), arr.std(0, ddof=1) / math.sqrt(len(arr)) if len(arr) > 1 else 0 * arr[0]
+        ax.plot(x, mean, color=f"C{i}", lw=1.4, label=t)
+        ax.fill_between(x, np.maximum(mean - se, 1e-6), mean + se, color=f"C{i}", alpha=0.15, lw=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-4, None)
+    ax.set_xlabel("trials (log scale)")
+    ax.set_ylabel("mean regret: best / optimum - 1 (log scale)")
+    ax.set_title(f"{title}\n{len(result.workloads)} layers x {result.settings['seeds']} seeds; band: ±1 s.e.; "
+                 "regret 0 (optimum found) is below the axis", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _f(v: Any, spec: str = ".3f") -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def table(result: BenchResult, setting: str, split: str, board_s: float, board_src: str) -> str:
+    s = SETTINGS[setting]
+    fig = figures(result, board_s)
+    env, st = result.environment, result.settings
+    budget = st["trials"]
+    png = (IMG if split == "test" else OUT) / f"testset_{split}-{setting}.png"
+    plot(result, png, s["title"])
+    lines = [f"### {s['title']} ({split} set)", "",
+             f"- machine: {env['machine']}; date: {env['date']}",
+             f"- command: `{env['command']}`",
+             f"- {len(result.workloads)} layers x {st['seeds']} seeds x {budget} trials; replayed from exhaustive "
+             f"simulator logs; reference `{REFERENCE}`; board time per trial besides compiling: {board_s:.2f} s "
+             f"({board_src})", "",
+             "| tuner | exact optimum: trials (geomean) | vs xgb | log2 diff vs xgb (± s.e.) | reached | "
+             "to 0.5 % (median) | to 1 % (median) | mean regret | regret @10 / 25 / 50 / 100 | tuner s / trial | "
+             "board time to optimum (geomean) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t, f in fig.items():
+        d = f["log2_diff"]
+        diff = "-" if t == REFERENCE or d.n == 0 else f"{d.mean:+.2f} ± {d.se:.2f}"
+        lines.append(f"| {t} | {_f(f['t_opt'], '.1f')} | {_f(f['t_opt_vs_ref'])} | {diff} | "
+                     f"{f['reached']}/{f['runs']} | {f['t_05_median']:.0f} | {f['t_1_median']:.0f} | "
+                     f"{f['mean_regret']:.4f} | " + " / ".join(f"{f[f'r{k}']:.3f}" for k in CHECKPOINTS) +
+                     f" | {f['tuner_s_per_trial']:.3f} | {_f(f['board_s_to_opt'], '.0f')} s |")
+    lines += ["", f"![{split} set, {setting}: mean regret per trial](img/{png.name})", ""]
+    return "\n".join(lines)
+
+
+INTRO = f"""{SECTION}
+
+The figures here are measured on the **test set** (`toolkit.workloads.splits.TEST`): 22 conv layers of
+ResNet-50, VGG-16, MobileNet v1, YOLOv3-tiny and four synthetic shapes (3x3 and 1x1, strides 1 and 2, 14x14 to
+56x56, 64 to 512 channels) that no default or option of edgetune's tuners was chosen on; those were chosen on
+the **development set**, ResNet-18 C2-C11, whose figures follow in their own sections ("Headline: tuners side by
+side" and after). The shipped transfer models (`+transfer`) were trained on the development set only.
+
+Each run's figures come from its best-so-far history against the layer's exact optimum (every config of the
+space measured once on the simulator), so no figure depends on another tuner's luck:
+
+- **exact optimum: trials**: the first trial at the space's optimum, geometric mean over layer x seed (a run
+  that never reaches it counts with the whole budget: a lower bound); **vs xgb**: that over xgb's;
+  **log2 diff vs xgb**: mean of the paired (same layer, same seed) difference of log2(trials) with its standard
+  error (-1 = half xgb's trials);
+- **to 0.5 % / 1 %**: median trials until the best is within that of the optimum (budget if never);
+- **mean regret**: best / optimum - 1 averaged over the trials of the budget (the area under the regret curve:
+  rewards being good early; a trial before any valid config counts 10); **regret @k**: the mean over runs
+  after k trials;
+- **tuner s / trial**: the tuner's own time (models, search), on this machine;
+- **board time to optimum**: modelled for a board: trials to the optimum x (the trial's recorded compile time +
+  the board's time per trial) + the configs compiled only for their features and the tuner's time, in
+  proportion (geometric mean).
+
+Regenerate with `.venv/bin/python -m bench.bench_testset` (hours on 2 cores; `--caches-only` first builds the
+exhaustive logs, resumably; `--report-only` rewrites this section from `bench/out/testset/`).
+"""
+
+
+def report(split: str = "test") -> None:
+    board_s, src = per_trial_board_s()
+    parts = [INTRO]
+    note = OUT / "note.md"
+    if note.exists():
+        parts.append(note.read_text())
+    for setting in SETTINGS:
+        result = load_setting(split, setting)
+        if result is not None:
+            parts.append(table(result, setting, split, board_s, src))
+    write_doc_section(DOC, SECTION, "\n".join(parts))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", default="test", choices=("test", "development"))
+    ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
+    ap.add_argument("--tuners", default=TUNERS, help="comma-separated tuner labels (NAME or NAME+transfer)")
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--layers", help="comma-separated workloads instead of the split's")
+    ap.add_argument("--caches-only", action="store_true", help="build the exhaustive logs and stop")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from the saved runs")
+    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--part", help="save the runs as <split>-<setting>-<part>.json (the report merges the parts)")
+    ap.add_argument("--note", help="what this run cut (kept in bench/out/testset/note.md)")
+    args = ap.parse_args(argv)
+    if args.note is not None:
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "note.md").write_text(args.note.rstrip("\n") + "\n")
+    if not args.report_only:
+        labels = [t for t in args.tuners.split(",") if t]
+        if REFERENCE not in labels:
+            labels.insert(0, REFERENCE)
+        for setting in args.settings.split(","):
+            run(args.split, setting, labels, args.trials, args.seeds,
+                args.layers.split(",") if args.layers else None, args.caches_only, args.part)
+    if args.caches_only:
+        return
+    if args.split == "test" and not args.no_doc:
+        report(args.split)
+    elif args.split != "test":   # development-set figures are printed, never the docs' headline
+        board_s, src = per_trial_board_s()
+        for setting in args.settings.split(","):
+            result = load_setting(args.split, setting)
+            if result is not None:
+                print(table(result, setting, args.split, board_s, src))
+
+
+if __name__ == "__main__":
+    main()

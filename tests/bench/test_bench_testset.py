@@ -1,0 +1,70 @@
+"""bench.bench_testset: runs stop at the optimum and are padded to the budget; figures come from histories; the
+report writes its section and a plot."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import bench.bench_testset as testset
+from toolkit.bench import BenchResult, BenchRun, run_bench
+from toolkit.boards import resolve_board
+from toolkit.workloads import parse_workload
+
+TINY = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
+
+
+def _run(history, stopped="budget", tuner="xgb", seed=0, tuner_s=1.0, build_s=0.5, compiled=0) -> BenchRun:
+    return BenchRun(workload="w", tuner=tuner, seed=seed, trials=len(history), invalid=0,
+                    best_seconds=min(h for h in history if h is not None), wall_s=1.0, tuner_s=tuner_s,
+                    history=history, stopped=stopped, build_s=build_s, compiled=compiled)
+
+
+def test_a_run_stopped_at_the_optimum_counts_as_holding_it():
+    stopped = _run([3.0, 2.0, 1.0], stopped="target")
+    assert testset.padded(stopped, 6) == [3.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    f = testset.run_figures(stopped, 1.0, 6, board_s=1.0)
+    assert f["t_opt"] == 3 and f["reached"] and f["mean_regret"] == pytest.approx((2 + 1) / 6)
+    assert f["r10"] == 0.0 and f["t_1"] == 3
+    never = testset.run_figures(_run([None, 4.0, 2.0]), 1.0, 3, board_s=1.0)
+    assert never["t_opt"] == 3 and not never["reached"]           # counted with the whole budget
+    assert never["mean_regret"] == pytest.approx((10 + 3 + 1) / 3)
+
+
+def test_board_time_counts_compiles_trials_and_the_tuner():
+    run = _run([2.0, 1.0, 1.0, 1.0], tuner_s=4.0, build_s=2.0, compiled=12)   # 0.5 s a build
+    f = testset.run_figures(run, 1.0, 4, board_s=1.0)
+    # 2 trials x (0.5 + 1) + half of (8 unmeasured compiles x 0.5 + 4 s of tuner time)
+    assert f["board_s_to_opt"] == pytest.approx(2 * 1.5 + 0.5 * (8 * 0.5 + 4.0))
+
+
+def test_paired_figures_against_the_reference():
+    res = BenchResult({"machine": "m", "date": "d", "command": "c"}, {"trials": 4, "seeds": 2},
+                      {"w": {"optimum": 1.0}})
+    res.runs = [_run([2.0, 2.0, 2.0, 1.0], seed=0), _run([2.0, 2.0, 1.0, 1.0], seed=1),
+                _run([1.0], stopped="target", tuner="t", seed=0), _run([2.0, 1.0], stopped="target", tuner="t", seed=1)]
+    fig = testset.figures(res, board_s=1.0)
+    assert fig["t"]["t_opt_vs_ref"] == pytest.approx(math.sqrt(1 * 2) / math.sqrt(4 * 3))
+    d = fig["t"]["log2_diff"]
+    assert d.n == 2 and d.mean == pytest.approx(((0 - 2) + (1 - math.log2(3))) / 2)
+    assert fig["xgb"]["reached"] == 2 and fig["t"]["t_1_median"] == 1.5
+
+
+def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):
+    """A tiny bench through run_bench (replayed, stopping at the optimum) rendered into the docs section."""
+    for name in ("OUT", "IMG"):
+        monkeypatch.setattr(testset, name, tmp_path / name.lower())
+        (tmp_path / name.lower()).mkdir()
+    monkeypatch.setattr(testset, "DOC", tmp_path / "benchmarks.md")
+    res = run_bench(resolve_board("vta-fsim"), [parse_workload(TINY)], ["xgb", "random"], 24, 2,
+                    cache_dirs=[tmp_path / "cache"], stop_at_optimum=True)
+    assert res.settings["stop_at_optimum"] is True
+    stopped = [r for r in res.runs if r.stopped == "target"]
+    assert all(r.best_seconds == res.workloads[r.workload]["optimum"] for r in stopped)
+    (tmp_path / "out" / "test-pynq.json").write_text(json.dumps(res.to_json()))
+    testset.report()
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert testset.SECTION in text and "| random |" in text and "| xgb |" in text
+    assert (tmp_path / "img" / "testset_test-pynq.png").stat().st_size > 0

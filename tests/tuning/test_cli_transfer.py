@@ -1,0 +1,82 @@
+"""``edgetune tune --transfer``: logs, folders, model files, the shipped model, and what it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from toolkit.backends import make_task
+from toolkit.boards import resolve_board
+from toolkit.cli.app import app
+from toolkit.tuning.journal import read_log
+from toolkit.tuning.network import tune_network
+from toolkit.tuning.scheduler import RoundRobinScheduler
+from toolkit.tuning.tuners.ml2tuner import ML2Tuner
+from toolkit.workloads import parse_workload
+
+runner = CliRunner()
+SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"
+OTHER = "conv2d:H=14,W=14,CI=64,CO=32,K=3,S=1,P=1"
+
+
+@pytest.fixture(scope="module")
+def earlier_logs(tmp_path_factory):
+    """A folder with a log of another workload (random trials on the simulator)."""
+    folder = tmp_path_factory.mktemp("logs")
+    res = runner.invoke(app, ["tune", "-w", OTHER, "-t", "random", "-n", "40", "--log", str(folder / "other.jsonl")])
+    assert res.exit_code == 0, res.output
+    return folder
+
+
+@pytest.mark.parametrize("source", ["folder", "log", "pretrained"])
+def test_tune_with_transfer(tmp_path, earlier_logs, source):
+    arg = {"folder": str(earlier_logs), "log": str(earlier_logs / "other.jsonl"), "pretrained": "pretrained"}[source]
+    log = tmp_path / "t.jsonl"
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-t", "ml2tuner", "-n", "16", "--log", str(log), "--transfer", arg,
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trials"] == 16 and len(read_log(log)[1]) == 16
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-t", "xgb", "--transfer", "pretrained"], "does not learn from other tasks"),
+    (["-t", "ml2tuner", "--transfer", "no/such/folder"], "does not exist"),
+    (["-t", "ml2tuner", "--transfer", "/dev/null"], "not a regular file"),
+    (["-t", "ml2tuner", "-b", "local", "--transfer", "pretrained"], "ships no pretrained model"),
+])
+def test_transfer_refusals_are_one_line(tmp_path, args, message):
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-n", "4", "--log", str(tmp_path / "t.jsonl"), *args])
+    assert res.exit_code != 0
+    assert message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_corrupt_log_as_transfer_source_names_the_file(tmp_path, earlier_logs):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.jsonl").write_text((earlier_logs / "other.jsonl").read_text().splitlines()[0] + "\n{not json}\nmore\n")
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-t", "ml2tuner", "-n", "4", "--log", str(tmp_path / "t.jsonl"),
+                              "--transfer", str(bad)])
+    assert res.exit_code != 0 and "a.jsonl" in res.output and "Traceback" not in res.output
+
+
+def test_whole_network_tuning_hands_its_tasks_a_model_of_the_others(tmp_path):
+    """Tasks started after enough records of other tasks tune with a model fitted on them."""
+    from toolkit.workloads.networks import ConvLayer, Network, plan_tasks
+
+    board = resolve_board("vta-fsim")
+    layers = tuple(ConvLayer(parse_workload(spec)) for spec in (SMALL, OTHER))
+    plan = plan_tasks(Network("two", (1, 32, 14, 14), layers))
+    tasks = [make_task(t.workload, board) for t in plan.tasks]
+    tuners: list[ML2Tuner] = []
+
+    def factory(i: int) -> ML2Tuner:
+        tuners.append(ML2Tuner(seed=i, plan_size=8, alpha=1, sa_chains=16, sa_steps=50, max_rounds=50))
+        return tuners[-1]
+
+    summary = tune_network(plan, tasks, factory, 96, scheduler=RoundRobinScheduler(trials_per_round=16),
+                           log=tmp_path / "net.jsonl")
+    assert summary.trials == 96
+    assert all(t.resolved_transfer() is not None for t in tuners)   # both got the network's model
