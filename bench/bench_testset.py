@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -325,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tuners", default=TUNERS, help="comma-separated tuner labels (NAME or NAME+transfer)")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--layers", help="comma-separated workloads instead of the split's")
+    ap.add_argument("--layers", help="workloads instead of the split's, comma- or semicolon-separated "
+                    "(resnet50.L2,conv2d:H=14,W=14,...)")
     ap.add_argument("--caches-only", action="store_true", help="build the exhaustive logs and stop")
     ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from the saved runs")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
@@ -341,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
             labels.insert(0, REFERENCE)
         for setting in args.settings.split(","):
             run(args.split, setting, labels, args.trials, args.seeds,
-                args.layers.split(",") if args.layers else None, args.caches_only, args.part)
+                re.split(r";|,(?=[a-z])", args.layers) if args.layers else None, args.caches_only, args.part)
     if args.caches_only:
         return
     if args.split == "test" and not args.no_doc:
