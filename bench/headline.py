@@ -61,9 +61,6 @@ simulated once), which also gives the space's optimum. Columns:
 - wall / tuner seconds per run: the whole run, and the time spent inside the tuner (replayed runs spend
   almost all their time in the tuner).
 
-The `chameleon-ml2` rows ran it cold; it now starts from the shipped transfer model by default, which was
-trained on these very layers, so a rerun of this section would measure it in-sample.
-
 Regenerate with `.venv/bin/python -m bench.headline` (options cut seeds, layers or trials). What ran
 below is exactly the command in each table's header.
 """

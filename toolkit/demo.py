@@ -1,7 +1,7 @@
 """``python -m toolkit.demo --out DIR`` (``make demo``): a short tuning run on the VTA simulator.
 
-Tunes resnet18.C2 on ``vta-fsim`` with the default tuner (``chameleon-ml2``, starting from the shipped Pynq
-transfer model; ResNet-18 C2 is among the layers that model was trained on) for 128 trials,
+Tunes resnet18.C2 on ``vta-fsim`` with the default tuner (``ml2tuner+``: ML2Tuner starting from the shipped
+Pynq transfer model; ResNet-18 C2 is among the layers that model was trained on) for 128 trials,
 writes the log to ``DIR/logs/`` and prints the summary, then exports the best config to
 ``DIR/export/`` and runs the export on the simulator (bit-exact check). Needs no board.
 """

@@ -43,8 +43,8 @@ def transfer_options(source: str | None, tuner: str, board: Board) -> dict[str, 
     if source is None:
         return {}
     if "transfer" not in tuner_class(tuner).options:
-        raise ConfigError(f"tuner {tuner!r} does not learn from other tasks; --transfer needs ml2tuner or "
-                          "chameleon-ml2")
+        raise ConfigError(f"tuner {tuner!r} does not learn from other tasks; --transfer needs ml2tuner, "
+                          "ml2tuner+ or chameleon-ml2")
     if source == "none":
         return {"transfer": None}
     if source == "pretrained":

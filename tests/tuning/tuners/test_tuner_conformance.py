@@ -25,6 +25,7 @@ FACTORIES: dict[str, Callable[[int], Tuner]] = {
     "chameleon+": lambda seed: make_tuner("chameleon+", seed=seed, episodes=16, max_steps=30, max_rounds=30,
                                           refit_every=24),
     "ml2tuner": lambda seed: with_compiler(make_tuner("ml2tuner", seed=seed, **FAST_ML2)),
+    "ml2tuner+": lambda seed: with_compiler(make_tuner("ml2tuner+", seed=seed, prior_pool=64, **FAST_ML2)),
     "chameleon-ml2": lambda seed: with_compiler(make_tuner("chameleon-ml2", seed=seed, plan_size=16, alpha=3,
                                                            episodes=8, max_steps=30, max_rounds=100)),
 }

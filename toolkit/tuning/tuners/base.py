@@ -162,13 +162,14 @@ BUILTIN_TUNERS: dict[str, str] = {
     "chameleon": "toolkit.tuning.tuners.chameleon:ChameleonTuner",
     "chameleon+": "toolkit.tuning.tuners.chameleon:ChameleonPlusTuner",
     "ml2tuner": "toolkit.tuning.tuners.ml2tuner:ML2Tuner",
+    "ml2tuner+": "toolkit.tuning.tuners.ml2tuner:ML2TunerPlus",
     "chameleon-ml2": "toolkit.tuning.tuners.ml2tuner:ChameleonML2Tuner",
     "metaschedule": "toolkit.backends.tvm.metaschedule:MetaScheduleTuner",
 }
 """Built-in tuners: name -> ``module:class``, imported on first use (``make_tuner("random")`` imports
 neither torch nor TVM). ``metaschedule`` is a driver the TVM backend provides."""
 
-DEFAULT_TUNER = "chameleon-ml2"
+DEFAULT_TUNER = "ml2tuner+"
 """The tuner ``edgetune tune`` (and ``tune --model``, ``make demo``) uses when none is named: the one that
 measures best on the test set (docs/benchmarks.md, "Headline: the test set"), starting from the transfer model
 edgetune ships for the board where there is one."""

@@ -485,6 +485,21 @@ class ML2Tuner(XGBTuner):
 
 
 @register
+class ML2TunerPlus(ML2Tuner):
+    """``ml2tuner+``: ``ml2tuner`` starting from the transfer model edgetune ships for the task's board
+    (``transfer="pretrained"``; cold where none is shipped): edgetune's default tuner, the best measured on the
+    test set (docs/benchmarks.md, "Headline: the test set").
+
+    >>> from toolkit.tuning.tuners.base import make_tuner
+    >>> make_tuner("ml2tuner+").params["transfer"], make_tuner("ml2tuner").params["transfer"]
+    ('pretrained', None)
+    """
+
+    name = "ml2tuner+"
+    options = {**ML2Tuner.options, "transfer": replace(ML2Tuner.options["transfer"], default="pretrained")}
+
+
+@register
 class ChameleonML2Tuner(ML2Tuner):
     """``chameleon-ml2``: Chameleon's PPO exploration and adaptive sampling, with ModelV and ModelA.
 
@@ -516,7 +531,6 @@ class ChameleonML2Tuner(ML2Tuner):
         "alpha": replace(ML2Tuner.options["alpha"], default=15),
         "fill_to_n": Option(True, "after one config per cluster, ModelA's best other survivors fill the round up "
                             "to N (False: k configs per round, Chameleon's adaptive count; more rounds)", bool),
-        "transfer": replace(ML2Tuner.options["transfer"], default="pretrained"),
     }
 
     def setup(self, ctx: TuningContext) -> None:
