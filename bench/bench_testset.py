@@ -283,7 +283,8 @@ The figures here are measured on the **test set** (`toolkit.workloads.splits.TES
 ResNet-50, VGG-16, MobileNet v1, YOLOv3-tiny and four synthetic shapes (3x3 and 1x1, strides 1 and 2, 14x14 to
 56x56, 64 to 512 channels) that no default or option of edgetune's tuners was chosen on; those were chosen on
 the **development set**, ResNet-18 C2-C11, whose figures follow in their own sections ("Headline: tuners side by
-side" and after). The shipped transfer models (`+transfer`) were trained on the development set only.
+side" and after). The shipped transfer models (`+transfer`) were trained on the development set only;
+`ml2tuner+transfer` is `ml2tuner+`, edgetune's default tuner.
 
 Each run's figures come from its best-so-far history against the layer's exact optimum (every config of the
 space measured once on the simulator), so no figure depends on another tuner's luck:

@@ -80,3 +80,12 @@ def test_whole_network_tuning_hands_its_tasks_a_model_of_the_others(tmp_path):
                            log=tmp_path / "net.jsonl")
     assert summary.trials == 96
     assert all(t.resolved_transfer() is not None for t in tuners)   # both got the network's model
+
+
+def test_the_default_tuner_starts_from_the_shipped_model(tmp_path):
+    from toolkit.tuning.tuners.base import DEFAULT_TUNER, make_tuner
+
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-n", "8", "--log", str(tmp_path / "t.jsonl"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["tuner"] == DEFAULT_TUNER == "ml2tuner+"
+    assert make_tuner(DEFAULT_TUNER).params["transfer"] == "pretrained"
