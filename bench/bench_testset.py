@@ -229,14 +229,14 @@ def plot(result: BenchResult, path: Path, title: str) -> None:
                 curves.append(np.pad(c, (0, budget - len(c)), mode="edge") if len(c) < budget else c[:budget])
         arr = np.array(curves)
         mean, se = arr.mean(0), arr.std(0, ddof=1) / math.sqrt(len(arr)) if len(arr) > 1 else 0 * arr[0]
-        ax.plot(x, mean, color=f"C{i}", lw=1.4, label=t)
+        ax.plot(x, mean, color=f"C{i}", lw=1.4, label=f"{t} ({len(arr)} runs)")
         ax.fill_between(x, np.maximum(mean - se, 1e-6), mean + se, color=f"C{i}", alpha=0.15, lw=0)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, None)
     ax.set_xlabel("trials (log scale)")
     ax.set_ylabel("mean regret: best / optimum - 1 (log scale)")
-    ax.set_title(f"{title}\n{len(result.workloads)} layers x {result.settings['seeds']} seeds; band: ±1 s.e.; "
+    ax.set_title(f"{title}\n{len(result.workloads)} layers; band: ±1 s.e.; a trial before any valid config counts 10;\n"
                  "regret 0 (optimum found) is below the axis", fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.2)
@@ -282,8 +282,8 @@ INTRO = f"""{SECTION}
 The figures here are measured on the **test set** (`toolkit.workloads.splits.TEST`): 22 conv layers of
 ResNet-50, VGG-16, MobileNet v1, YOLOv3-tiny and four synthetic shapes (3x3 and 1x1, strides 1 and 2, 14x14 to
 56x56, 64 to 512 channels) that no default or option of edgetune's tuners was chosen on; those were chosen on
-the **development set**, ResNet-18 C2-C11, whose figures follow in their own sections ("Headline: tuners side by
-side" and after). The shipped transfer models (`+transfer`) were trained on the development set only;
+the **development set**, ResNet-18 C2-C11, whose figures follow in their own sections ("Development set: tuners
+side by side" and after). The tables say how many of the 22 layers each setting ran. The shipped transfer models (`+transfer`) were trained on the development set only;
 `ml2tuner+transfer` is `ml2tuner+`, edgetune's default tuner.
 
 Each run's figures come from its best-so-far history against the layer's exact optimum (every config of the
