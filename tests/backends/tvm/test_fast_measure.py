@@ -17,6 +17,7 @@ from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.backends.tvm.rpc_runner import RPCRunner
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.core.task import Task
+from toolkit.tuning.core.template import Template
 from toolkit.tuning.tuners.base import Tuner
 from toolkit.workloads import parse_workload
 
@@ -65,12 +66,20 @@ def test_features_are_the_build_features_without_code_generation(template, confi
 
 def test_templates_without_a_features_path_are_built():
     vta = template_for(parse_workload("resnet18.C11"), load_profile("vta-fsim"))
-    assert not has_features_path(vta) and has_features_path(CPUConv2dTemplate(WL, load_profile("local")))
+    plain = type("PlainVTA", (type(vta),), {"features": Template.features})(vta.workload, load_profile("vta-fsim"))
+    assert has_features_path(vta) and not has_features_path(plain)
+    assert has_features_path(CPUConv2dTemplate(WL, load_profile("local")))
     space = vta.space()
-    cfgs = [space.get(i) for i in (0, 5)]
-    built = LocalBuilder(n_parallel=0).build(vta, cfgs)
-    assert LocalBuilder(n_parallel=0).features(vta, cfgs) == [
-        b.features if not isinstance(b, MeasureResult) else b for b in built]
+    cfgs = [space.get(i) for i in range(0, 60, 5)]
+    built = LocalBuilder(n_parallel=0).build(plain, cfgs)
+    expected = [b.error if isinstance(b, MeasureResult) else b.features for b in built]
+
+    def outcomes(found):
+        return [f.error if isinstance(f, MeasureResult) else f for f in found]
+
+    assert outcomes(LocalBuilder(n_parallel=0).features(plain, cfgs)) == expected
+    assert outcomes(LocalBuilder(n_parallel=0).features(vta, cfgs)) == expected  # compiled, not encoded
+    assert any(isinstance(e, dict) for e in expected) and any(not isinstance(e, dict) for e in expected)
 
 
 class _FeatureReader(Tuner):
