@@ -55,7 +55,7 @@ bench: install
 # The transfer models shipped in toolkit/backends/vta/pretrained/, one per VTA preset, trained on the development
 # set (ResNet-18 C2-C11) only; builds the exhaustive simulator logs they learn from first (resumable, ~1 h).
 pretrained: install
-	$(PY) -m toolkit.backends.vta.pretrained
+	$(PY) -m bench.pretrain
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

@@ -13,8 +13,9 @@ import argparse
 
 from toolkit.backends import make_task
 from toolkit.backends.vta.backend import with_vta_preset
-from toolkit.backends.vta.pretrained import CACHE_DIRS, SETTINGS, development_records
+from toolkit.backends.vta.pretrained import SETTINGS
 from toolkit.boards import resolve_board
+from bench.pretrain import CACHE_DIRS, development_records
 from toolkit.bench import CompileReplayBuilder, find_cache, geomean
 from toolkit.tuning.metrics import regret_at, trials_to_optimum
 from toolkit.tuning.models.transfer import TransferModel

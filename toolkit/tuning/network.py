@@ -107,16 +107,14 @@ class NetworkSummary:
         return d | {"trials": self.trials, "resumed": self.resumed, "total_seconds": fin(self.total_seconds)}
 
 
-def _network_transfer(tuners: Sequence[Tuner], board: Any, seed: int) -> GrowingTransfer | None:
+def _network_transfer(tuners: Sequence[Tuner], task: Task, seed: int) -> GrowingTransfer | None:
     """The network's own transfer model when its tuners learn from other tasks (``use_transfer``): it
     fine-tunes the model they were given (``'pretrained'``: the board's shipped one), else starts from none."""
     if not tuners or not all(hasattr(t, "use_transfer") for t in tuners):
         return None
     given = tuners[0].params.get("transfer")
     if given == "pretrained":
-        from toolkit.backends import backend_for
-
-        given = backend_for(board.profile).pretrained_transfer(board.profile)
+        given = task.backend.pretrained_transfer(task.board.profile)
     return GrowingTransfer(base=given if hasattr(given, "predict_seconds") else None, seed=seed)
 
 
@@ -177,7 +175,7 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             if outcomes[i].trials >= task.space.size:
                 outcomes[i].exhausted = True
                 scheduler.exhausted.add(i)
-        network_model = _network_transfer(tuners, board, seed)
+        network_model = _network_transfer(tuners, tasks[0], seed)
         given: list[Any] = [None] * len(tasks)
         if network_model is not None:
             for i, hist in enumerate(history):
