@@ -40,7 +40,7 @@ SETTINGS: dict[str, dict] = {
                "layers": [f"C{i}" for i in range(2, 12)], "tuners": VTA_TUNERS, "trials": 400, "seeds": 5},
     "local": {"title": "local CPU, real TVM builds and measurements",
               "args": ["--board", "local", "--no-replay"], "layers": ["C2", "C5", "C8"],
-              "tuners": "metaschedule,xgb,chameleon,ml2tuner", "trials": 200, "seeds": 3},
+              "tuners": "xgb,chameleon+,chameleon-ml2,ml2tuner,metaschedule", "trials": 200, "seeds": 3},
 }
 
 INTRO = f"""{SECTION}
@@ -64,6 +64,10 @@ simulated once), which also gives the space's optimum. Columns:
 Regenerate with `.venv/bin/python -m bench.headline` (options cut seeds, layers or trials). What ran
 below is exactly the command in each table's header.
 """
+
+
+INTRO_END = INTRO.rstrip("\n").splitlines()[-1]
+"""The intro's last line: what follows it in the docs (up to the first table) is the section's note."""
 
 
 def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str, out_name: str) -> list[str]:
@@ -96,9 +100,12 @@ def write_section() -> None:
     if (OUT / "note.md").exists():
         intro.append((OUT / "note.md").read_text())
     elif old:   # the note is kept with the tables it explains
-        first = re.search(r"^### ", old.group(0), re.M)
-        kept = old.group(0)[len(INTRO) if old.group(0).startswith(INTRO) else len(SECTION) + 1:
-                            first.start() if first else None].strip("\n")
+        body = old.group(0)
+        first = re.search(r"^### ", body, re.M)
+        end = first.start() if first else len(body)
+        marker = body.find(INTRO_END, 0, end)   # an earlier wording of the intro is replaced, not kept
+        start = marker + len(INTRO_END) if marker >= 0 else len(SECTION) + 1
+        kept = body[start:end].strip("\n")
         intro.append(kept + "\n" if kept else "")
     names = sorted({p.stem for p in OUT.glob("*.json")}, key=lambda n: (list(SETTINGS).index(n.split("-")[0])
                                                                           if n.split("-")[0] in SETTINGS else 99, n))

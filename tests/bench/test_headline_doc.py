@@ -34,3 +34,19 @@ def test_a_setting_without_its_json_keeps_its_table(tmp_path, monkeypatch):
     assert text.index(PYNQ) < text.index(ZCU)
     assert note in text and text.endswith("## Next section\n\nuntouched\n")
     assert (img / "headline_pynq.png").stat().st_size > 0
+
+
+def test_an_earlier_intro_is_replaced_and_the_note_kept(tmp_path, monkeypatch):
+    doc, out = tmp_path / "benchmarks.md", tmp_path / "headline"
+    out.mkdir()
+    monkeypatch.setattr(headline, "DOC", doc)
+    monkeypatch.setattr(headline, "OUT", out)
+    monkeypatch.setattr(headline, "IMG", tmp_path / "img")
+    older = "An earlier wording of the intro.\n\n" + headline.INTRO_END + "\n"
+    note = "**What ran.** Five seeds.\n"
+    doc.write_text(f"# Benchmarks\n\n{headline.SECTION}\n\n{older}\n{note}\n{ZCU}\n\nnumbers\n")
+    headline.write_section()
+    text = doc.read_text()
+    assert "An earlier wording" not in text and text.count(headline.INTRO_END) == 1
+    assert text.count(note) == 1 and text.index(note) < text.index(ZCU)
+    assert f"{ZCU}\n\nnumbers\n" in text
