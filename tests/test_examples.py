@@ -21,7 +21,7 @@ def _run(tmp_path: Path, script: str, *args: str) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"tune_one_layer.py", "custom_tuner.py", "tune_network.py", "compose_tuner.py"}
+    tested = {"tune_one_layer.py", "custom_tuner.py", "tune_network.py", "compose_tuner.py", "deploy_model.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -53,3 +53,11 @@ def test_tune_network_gives_every_task_trials_and_a_total(tmp_path):
     out = _run(tmp_path, "tune_network.py", "--trials", "80", "--out", "o")
     assert re.search(r"network conv latency [\d.]+ ms after 80 trials", out)
     assert " 0 trials" not in out
+
+
+@pytest.mark.slow
+def test_deploy_model_tunes_exports_and_runs_a_whole_model(tmp_path):
+    out = _run(tmp_path, "deploy_model.py", "--trials", "8", "--out", "o")
+    assert "in 8 trials" in out and re.search(r"^conv1\s+(tuned|fallback)", out, flags=re.M)
+    error = float(re.search(r"relative error ([\d.e+-]+)", out).group(1))
+    assert error < 1e-3 and "outputs (4, 10)" in out

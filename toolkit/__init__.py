@@ -40,6 +40,7 @@ _API = {
     "get_network": "toolkit.workloads.networks:get_network",
     "write_export": "toolkit.export.write:export",
     "load_export": "toolkit.export.run:load_export",
+    "export_model": "toolkit.export.model:export_model",
 }
 """Facade name -> ``module:attribute``."""
 

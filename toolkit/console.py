@@ -42,6 +42,11 @@ def info(message: str) -> None:
     out.print(message, markup=False)
 
 
+def say(message: str) -> None:
+    """Print a plain line of progress to stderr (what a long command has done so far; stdout keeps the data)."""
+    err.print(message, markup=False)
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split()).replace("[", r"\[")
 

@@ -151,3 +151,52 @@ def test_zcu102_agent_and_register_driver_on_aarch64_tune_and_run_bit_exact(boar
     finally:
         _cli("board", "stop", "zcu")
         _ok("tracker", "stop")
+
+
+MODEL = '''
+import torch
+from torch import nn
+
+
+def make():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                        nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(16, 4)).eval()
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    return net
+'''
+
+
+def test_rpi4_whole_model_tuned_exported_and_run_by_the_aarch64_runtime(board, known_hosts, tmp_path):
+    import numpy as np
+    import torch
+
+    known_hosts.write_text(board.known_hosts_line)
+    _add(board, "pi", "rpi4")
+    (tmp_path / "net.py").write_text(MODEL)
+    model = f"{tmp_path / 'net.py'}:make"
+    _ok("tracker", "start", "--port", free_port())
+    try:
+        _ok("board", "provision", "pi", "--system-site-packages")
+        log = tmp_path / "net.jsonl"
+        _ok("tune", "--model", model, "--input-shape", "1,3,8,8", "--board", "pi", "-t", "random", "-n", "4",
+            "--round-trials", "4", "--log", log)
+        out_dir = tmp_path / "export"
+        manifest = json.loads(_ok("export", "--model", model, "--input-shape", "1,3,8,8", "--board", "pi", "--log", log,
+                                  "--out", out_dir, "--json").stdout)
+        assert manifest["arch"] == "aarch64" and [c["schedule"] for c in manifest["model"]["convs"]].count("tuned") == 1
+        x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        result = json.loads(_ok("run", out_dir, "--board", "pi", "--input", tmp_path / "x.npy",
+                                "--output", tmp_path / "y.npy", "--json").stdout)
+        assert result["correct"] is True and result["inputs"] == 2 and result["latency_ms"] > 0
+        namespace: dict = {}
+        exec(MODEL, namespace)
+        with torch.no_grad():
+            want = namespace["make"]()(torch.from_numpy(x)).numpy()    # computed here, on x86
+        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    finally:
+        _ok("tracker", "stop")

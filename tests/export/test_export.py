@@ -131,7 +131,7 @@ def test_local_export_runs_over_rpc_and_matches_reference(local_export, cpu_log,
 def test_run_cli_on_local_prints_both_latencies(local_export, local_rpc):
     r = _invoke("run", local_export, "--board", "local", "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)["results"][0]
+    out = json.loads(r.stdout)["results"][0]
     assert out["correct"] is True and out["seconds"] > 0 and out["manifest_seconds"] > 0
 
 
@@ -366,6 +366,6 @@ def test_a_log_tuned_with_vta_config_exports_that_config_and_runs_only_with_it(t
     assert res.exit_code == 2 and "pass --vta-config zcu102" in res.output
     res = cli.invoke(app, ["run", str(out), "--board", "vta-fsim", "--vta-config", "zcu102", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["results"][0]["correct"] is True
+    assert json.loads(res.stdout)["results"][0]["correct"] is True
     res = cli.invoke(app, ["tune", "--board", "local", "--vta-config", "zcu102", "-w", "resnet18.C5", "-n", "2"])
     assert res.exit_code == 2 and "applies to VTA boards" in res.output

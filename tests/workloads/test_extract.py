@@ -124,7 +124,7 @@ def test_per_module_scales(model_file, tmp_path):
 def test_bad_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(WorkloadError, match="four positive integers"):
         parse_input_shape("1,3,224")
-    with pytest.raises(WorkloadError, match="neither a file nor module:factory"):
+    with pytest.raises(WorkloadError, match="neither a file, a built-in network nor module:factory"):
         extract("no_such_model", (1, 3, 8, 8))
     with pytest.raises(WorkloadError, match="cannot import"):
         extract("no_such_package.models:make", (1, 3, 8, 8))

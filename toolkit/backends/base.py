@@ -10,6 +10,7 @@ output. The tuning core never sees a family: it reaches the backend through ``Ta
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -26,6 +27,7 @@ from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
 if TYPE_CHECKING:   # the export package imports the backends; these names are for annotations only
     from toolkit.export.manifest import ExportManifest, KernelEntry
+    from toolkit.tuning.core.runner import MeasureOptions
     from toolkit.rpc.check import Finding
     from toolkit.tuning.models.transfer import TransferModel
 
@@ -52,6 +54,8 @@ class Backend(abc.ABC):
     """``kind`` written in an export's manifest (``vta-program``, ``tvm-library``)."""
     output_name: ClassVar[str] = ""
     """Name of a kernel's output in :meth:`run_kernel`'s outputs."""
+    model_kind: ClassVar[str] = ""
+    """``kind`` written in a whole-model export's manifest (empty: this family exports no whole models yet)."""
     kernels_noun: ClassVar[str] = ""
     """What an export of this family holds, for messages (``VTA programs``)."""
     readme_run_also: ClassVar[str] = ""
@@ -76,6 +80,12 @@ class Backend(abc.ABC):
         """The runner that measures on ``board``: ``tracker`` (default: where the board was provisioned) and
         ``wait_s`` (how long a lost board may take to come back) apply to boards measured over RPC and are
         ignored by in-process runners."""
+
+    def with_preset(self, board: Board, preset: str | None) -> Board:
+        """``board`` modelling another hardware preset (``--vta-config``); families without presets refuse one."""
+        if preset is None:
+            return board
+        raise ConfigError(f"--vta-config applies to VTA boards; {board.name!r} is a {board.profile.family} board")
 
     def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
         """The tasks of ``network`` on this family (by default every plain conv layer as it is)."""
@@ -147,11 +157,45 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
-                   repeat: int, tracker: tuple[str, int] | str | None,
-                   on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
-        """Run an exported kernel on ``board`` through the runner tuning measures with (:meth:`make_runner`):
-        (outputs by name, mean seconds); ``on_wait`` is told when the runner waits for the board."""
+                   repeat: int, runner: Runner) -> tuple[dict[str, np.ndarray], float]:
+        """Run an exported kernel on ``board`` through ``runner`` (:meth:`make_runner`'s, as tuning measures with;
+        one serves every kernel of a run): (outputs by name, mean seconds)."""
 
     @abc.abstractmethod
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
         """Whether an output matches the reference, and a one-line verdict."""
+
+    # -- whole models ------------------------------------------------------------------------------
+    def check_model_target(self, profile: BoardProfile) -> None:
+        """Refuse a board this family cannot compile whole models for (:class:`ExportError` saying what to do)."""
+        raise ExportError(f"whole-model exports are built for CPU boards (local, Raspberry Pi); {profile.name} is a "
+                          f"{profile.family} board: export its tuned kernels with `edgetune export --log LOG`")
+
+    def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
+                      folder: Path, *, progress: Any = None) -> tuple[dict[str, str], dict[str, str]]:
+        """Compile a ``torch.export`` program for ``profile`` into ``folder``, each ``(module, template, config)``
+        conv with edgetune's kernel (``template`` ``None``: the family's default): (files by role, module ->
+        kernel function name)."""
+        raise ExportError(f"the {self.name} backend compiles no whole models")
+
+    def model_readme_usage(self, manifest: ExportManifest) -> str:
+        """The README section that says how to load and call an exported model without edgetune."""
+        return ""
+
+    def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
+                  options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
+                  per_layer: bool = False) -> ModelTiming:
+        """Run an exported model on ``board`` (one session for the whole run): the outputs of each input, the
+        latency of one inference measured as tuning measures (``options``) and, with ``per_layer``, each
+        edgetune kernel's time."""
+        raise ExportError(f"the {self.name} backend runs no whole models")
+
+
+@dataclass
+class ModelTiming:
+    """What :meth:`Backend.run_model` measured: outputs per input, the timed runs (seconds per inference) and
+    each kernel's seconds by function name (``per_layer`` only)."""
+
+    outputs: list[list[np.ndarray]]
+    costs: list[float]
+    kernels: dict[str, float] = field(default_factory=dict)

@@ -34,6 +34,15 @@ def backend_for(profile: BoardProfile | str) -> Any:
     return _INSTANCES[family]
 
 
+def board_for(name: str, inventory: Any = None, preset: str | None = None) -> Board:
+    """The board ``name`` (registered in ``inventory`` or built in), modelling hardware ``preset`` if given
+    (``--vta-config``: the VTA simulator; other boards refuse one)."""
+    from toolkit.boards import resolve_board
+
+    board = resolve_board(name, inventory)
+    return backend_for(board.profile).with_preset(board, preset)
+
+
 def make_task(workload: Conv2dWorkload, board: Board, **template_options: Any) -> Task:
     """The task of tuning ``workload`` on ``board`` with its family's template (``template_options``,
     e.g. ``tvm_compat=True`` on VTA, are checked by the template).

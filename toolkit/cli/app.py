@@ -19,7 +19,7 @@ UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageE
 
 
 _METAVARS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "int range": "INTEGER",
-             "float range": "FLOAT", "list[str]": "TEXT", "list[path]": "PATH", "list[int]": "INTEGER"}
+             "float range": "FLOAT", "list[str]": "TEXT", "list[path]": "PATH", "list[Path]": "PATH", "list[int]": "INTEGER"}
 """Typer's ``<type>`` labels as the value names a command-line user reads (flags take no value: none)."""
 
 

@@ -12,11 +12,9 @@ import typer
 
 from toolkit import console
 from toolkit.backends import backend_for
-from toolkit.backends.vta.backend import with_vta_preset
-from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
-from toolkit.cli.options import JsonOpt, check_folder
+from toolkit.cli.options import BoardOpt, InventoryOpt, JsonOpt, TvmCompatOpt, VtaConfigOpt, board_from, check_folder
 from toolkit.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench, shared_starts
 
 
@@ -67,18 +65,15 @@ def bench(
     tuners: Annotated[str, typer.Option("--tuners", "-t", help="Comma-separated tuner names (see `edgetune tuners`).")],
     trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials per run (the same budget for all).")],
     json_out: Annotated[Path, typer.Option("--json", help="Write every run and the summary to this JSON file.")],
-    board: Annotated[str, typer.Option("--board", "-b", help="Board (vta-fsim, local, or a registered board).")]
-    = "vta-fsim",
+    board: BoardOpt = "vta-fsim",
     seeds: Annotated[int, typer.Option("--seeds", "-s", min=1, help="Seeds 0..K-1 per tuner and workload.")] = 3,
     reference: Annotated[str, typer.Option(help="Tuner whose final best defines trials_to_match.")] = "xgb",
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the convergence plot (PNG).")] = None,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Write the docs/benchmarks.md tables.")]
     = None,
     title: Annotated[Optional[str], typer.Option(help="Heading of the --markdown section.")] = None,
-    tvm_compat: Annotated[bool, typer.Option(
-        "--tvm-compat", help="VTA: only configs TVM v0.18 can build, with its exact instruction stream.")] = False,
-    vta_config: Annotated[Optional[str], typer.Option(
-        "--vta-config", help="VTA: simulate another hardware preset (pynq, ultra96, zcu102) on this board.")] = None,
+    tvm_compat: TvmCompatOpt = False,
+    vta_config: VtaConfigOpt = None,
     replay: Annotated[bool, typer.Option(
         "--replay/--no-replay", help="Replay measurements from an exhaustive simulator log of each workload "
                                      "(built on first use) instead of measuring every trial.")] = True,
@@ -88,14 +83,13 @@ def bench(
     resume: Annotated[bool, typer.Option(
         "--resume", help="Reuse the runs already in --json (same board, trials and options); run only the "
                          "missing workload/tuner/seed runs.")] = False,
-    inventory: Annotated[Optional[Path], typer.Option(
-        "--inventory", envvar="EDGETUNE_INVENTORY", help="Board inventory file.")] = None,
+    inventory: InventoryOpt = None,
 ) -> None:
     """Run several tuners on the same workloads, budget, seeds and board; compare them.
 
     The JSON is rewritten after every run, so an interrupted bench continues with --resume.
     """
-    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    brd = board_from(board, inventory, vta_config)
     backend = backend_for(brd.profile)
     if tvm_compat and "tvm_compat" not in backend.template_options:
         raise ConfigError("--tvm-compat applies to VTA boards only")

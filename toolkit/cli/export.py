@@ -1,60 +1,108 @@
-"""``edgetune export`` (tuning log -> deployable folder) and ``edgetune run`` (run an export on a board)."""
+"""``edgetune export`` (tuning logs -> a deployable folder: kernels, or a whole model) and ``edgetune run`` (run
+an export on a board)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
+import numpy as np
 import typer
 
 from toolkit import console
-from toolkit.backends.vta.backend import with_vta_preset
-from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
-from toolkit.cli.options import InventoryOpt, JsonOpt
+from toolkit.cli.options import (BoardOpt, InputShapeOpt, InventoryOpt, JsonOpt, MinRepeatMsOpt, ModelOpt, NumberOpt,
+                                 RepeatOpt, TimeoutOpt, TrackerOpt, VtaConfigOpt, board_from)
+from toolkit.errors import ConfigError, EdgetuneError
 from toolkit.export import export as do_export
 from toolkit.export import load_export
+from toolkit.export.model import export_model
+from toolkit.export.run import Export, ModelRun
+from toolkit.tuning.core.runner import MeasureOptions
+from toolkit.workloads.extract import parse_input_shape
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.4f} ms"
 
 
+class _Building:
+    """A transient progress line started by the first build (after every input was checked)."""
+
+    def __init__(self) -> None:
+        self.bar = console.progress(transient=True)
+        self.task: int | None = None
+
+    def __call__(self, what: str) -> None:
+        if self.task is None:
+            self.bar.start()
+            self.task = self.bar.add_task("export", total=None, status="")
+        self.bar.update(self.task, status=f"building {what}")
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+
+
 @app.command("export", rich_help_panel="Deploy")
 def export(
-    log: Annotated[Path, typer.Option("--log", "-l", help="Tuning log (JSONL) to export the best configs of.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Export folder to create (must be new or empty).")],
-    board: Annotated[str | None, typer.Option(
-        "--board", "-b", help="Board name or board type to build for (default: the log's board type).")] = None,
-    workload: Annotated[list[str] | None, typer.Option(
-        "--workload", "-w", help="Export only this workload (name or spec); repeat for several.")] = None,
+    log: Annotated[Optional[list[Path]], typer.Option(
+        "--log", "-l", help="Tuning log (JSONL). Kernels: the one log whose best configs are exported. --model: "
+                            "logs whose records tune the model's convs (repeatable; none: every conv untuned).")]
+    = None,
+    model: ModelOpt = None,
+    board: Annotated[Optional[str], typer.Option(
+        "--board", "-b", help="Board name or board type to build for (default: the log's board type; --model: "
+                              "required).")] = None,
+    input_shape: InputShapeOpt = "1,3,224,224",
+    seed: Annotated[int, typer.Option(min=0, help="--model of a built-in network: the seed of its weights.")] = 0,
+    workload: Annotated[Optional[list[str]], typer.Option(
+        "--workload", "-w", help="Kernels: export only this workload (name or spec); repeat for several.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Rebuild the best valid record per workload of a log into a deployable folder (libraries or VTA programs)."""
+    """Export the best valid record per workload of a log (one library or VTA program each), or, with --model, a
+    whole PyTorch model compiled for a board with the tuned kernels of its convs."""
+    from toolkit.boards import Inventory
+
     inv = Inventory(inventory) if inventory else None
-    bar = console.progress(transient=True)
-    tasks: list = []
-
-    def building(label: str) -> None:   # the bar starts with the first build, after the log was checked
-        if not tasks:
-            bar.start()
-            tasks.append(bar.add_task("export", total=None, status=""))
-        bar.update(tasks[0], status=f"building {label}")
-
+    logs = list(log or [])
+    building = _Building()
     try:
-        manifest = do_export(log, out, board=board, workloads=workload, inventory=inv, force=force,
-                             progress=building)
+        if model is not None:
+            if workload:
+                raise ConfigError("--workload picks kernels of a log; with --model every conv of the model is built")
+            if board is None:
+                raise ConfigError("--model needs --board (the board to compile the model for, e.g. -b local)")
+            manifest = export_model(model, out, board, logs=logs, input_shape=parse_input_shape(input_shape),
+                                    seed=seed, inventory=inv, force=force, progress=building)
+        else:
+            if len(logs) != 1:
+                raise ConfigError("give one --log to export its kernels (or --model MODEL to export a whole model)")
+            manifest = do_export(logs[0], out, board=board, workloads=workload, inventory=inv, force=force,
+                                 progress=building)
     finally:
-        if tasks:
-            bar.stop()
+        building.stop()
     if json:
         console.print_json({"out": str(out), **manifest.to_json()})
         return
-    console.table(f"exported to {out} for {manifest.board} ({manifest.board_type}, {manifest.arch}"
-                  + (f", VTA {manifest.bitstream})" if manifest.bitstream else ")"),
-                  ["workload", "config", "tuned latency", "files"],
+    where = (f"{manifest.board} ({manifest.board_type}, {manifest.arch}"
+             + (f", VTA {manifest.bitstream})" if manifest.bitstream else ")"))
+    if manifest.model is not None:
+        convs = manifest.model["convs"]
+        console.table(f"model {manifest.model['source']['model']} exported to {out} for {where}",
+                      ["conv", "workload", "schedule", "tuned latency", "from"],
+                      [(c["module"], c["workload"] or "-", c["schedule"],
+                        _ms((c["record"] or {}).get("latency_s")), c["why"]) for c in convs])
+        counts = {k: sum(c["schedule"] == k for c in convs) for k in ("tuned", "fallback", "tvm")}
+        console.info(f"{counts['tuned']} convs tuned, {counts['fallback']} with the untuned fallback config, "
+                     f"{counts['tvm']} by TVM's default lowering; manifest: {out / 'manifest.json'}")
+        for unused in manifest.model["unused_records"]:
+            console.info(f"not in the model: tuned shape {unused['workload']} ({unused['log']})")
+        return
+    console.table(f"exported to {out} for {where}", ["workload", "config", "tuned latency", "files"],
                   [(k.label, f"#{k.index}", _ms(k.latency_s), k.files.get("library") or k.files["program"])
                    for k in manifest.kernels])
     console.info(f"manifest: {out / 'manifest.json'} (log sha256 {manifest.log['sha256'][:16]}...)")
@@ -63,32 +111,52 @@ def export(
 @app.command("run", rich_help_panel="Deploy")
 def run(
     folder: Annotated[Path, typer.Argument(help="Export folder (written by `edgetune export`).")],
-    board: Annotated[str, typer.Option("--board", "-b", help="Board to run on (registered, or local / vta-fsim).")],
-    check: Annotated[bool, typer.Option(
-        "--check/--no-check", help="Compare the output with the numpy reference (exit 1 when it differs).")] = True,
-    workload: Annotated[str | None, typer.Option(
-        "--workload", "-w", help="Run only this workload (default: every kernel of the export).")] = None,
-    repeat: Annotated[int, typer.Option(min=1, help="Timed runs to average.")] = 3,
+    board: BoardOpt,
+    check: Annotated[Optional[bool], typer.Option(
+        "--check/--no-check", help="Compare the output with the reference: kernels, numpy's (on by default); a "
+                                   "model, PyTorch's when the model can be loaded here (exit 1 when it differs).")]
+    = None,
+    workload: Annotated[Optional[str], typer.Option(
+        "--workload", "-w", help="Kernels: run only this workload (default: every kernel of the export).")] = None,
+    input: Annotated[Optional[Path], typer.Option(
+        "--input", "-i", help="Model: a .npy of one input, or N inputs stacked on axis 0 (default: one random "
+                              "input).")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", help="Model: write the outputs, stacked as the inputs were, to this .npy (outputs.npz when "
+                         "the model has several).")] = None,
+    per_layer: Annotated[bool, typer.Option(
+        "--per-layer", help="Model: also time each conv's kernel alone, beside its tuned latency.")] = False,
+    number: NumberOpt = 1,
+    repeat: RepeatOpt = 3,
+    min_repeat_ms: MinRepeatMsOpt = 0.0,
+    timeout: TimeoutOpt = 120.0,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    tracker: Annotated[str | None, typer.Option(
-        help="RPC tracker HOST:PORT (default: where the board was provisioned).")] = None,
-    vta_config: Annotated[str | None, typer.Option(
-        "--vta-config", help="VTA simulator: model another hardware preset (as the export was tuned with).")] = None,
+    tracker: TrackerOpt = None,
+    vta_config: VtaConfigOpt = None,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Run an exported kernel on a board (over RPC) or the VTA simulator, check it, compare the latency."""
+    """Run an export on a board (over RPC) or the VTA simulator: a whole model on given or random inputs, or
+    each exported kernel; check the outputs and compare the latency with the tuned one."""
     ex = load_export(folder)
-    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    brd = board_from(board, inventory, vta_config)
     ex.check_board(brd)
+    options = MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout)
+    if ex.is_model:
+        return _run_model(ex, brd, check, input, output, per_layer, options, seed, tracker, json)
+    if input is not None or output is not None or per_layer:
+        raise ConfigError(f"{folder} holds conv kernels: --input, --output and --per-layer are for model exports")
     labels = [ex.kernel(workload).label] if workload else [k.label for k in ex.kernels]
     results = []
-    with console.progress(transient=True) as bar:
+    with ex.session(brd, tracker=tracker, on_wait=console.warn) as session, console.progress(transient=True) as bar:
         task = bar.add_task(f"run on {board}", total=len(labels), status="")
         for label in labels:
             bar.update(task, status=label)
-            results.append(ex.run(brd, check=check, workload=label, seed=seed, repeat=repeat, tracker=tracker,
-                                  on_wait=console.warn))
+            results.append(ex.run(brd, check=check is not False, workload=label, seed=seed, repeat=repeat,
+                                  session=session))
+            r = results[-1]
+            console.say(f"{label}: {_ms(r.seconds)} (tuned {_ms(r.expected_seconds)})"
+                         + ("" if r.correct is None else ", output " + ("correct" if r.correct else "WRONG")))
             bar.advance(task)
     if json:
         console.print_json({"export": str(folder), "tuned_on": ex.manifest.tuned_on["board"],
@@ -104,3 +172,70 @@ def run(
     if wrong:
         console.error(f"{len(wrong)} kernel(s) gave a wrong output: {wrong[0].workload}: {wrong[0].message}")
         raise typer.Exit(1)
+
+
+def _run_model(ex: Export, board, check: bool | None, input: Path | None, output: Path | None,  # noqa: ANN001
+               per_layer: bool, options: MeasureOptions, seed: int, tracker: str | None, json: bool) -> None:
+    """``edgetune run`` of a whole-model export."""
+    x = _read_npy(input) if input is not None else None
+    inputs = ex.model_inputs(x, seed=seed)
+    if check is None:   # on by default where the model can be loaded here; said when it cannot
+        try:
+            ex.reference()
+            check = True
+        except EdgetuneError as exc:
+            console.warn(f"output not checked: {exc}")
+            check = False
+    with console.progress(transient=True) as bar:
+        bar.add_task(f"running the model on {board.name} ({len(inputs)} input(s), then {options.repeat} timed runs)",
+                     total=None, status="")
+        result = ex.run_model(board, np.concatenate(inputs), check=check, options=options, per_layer=per_layer,
+                              tracker=tracker, on_wait=console.warn)
+    if output is not None:
+        _write_outputs(output, result)
+    if json:
+        console.print_json({"export": str(ex.path), **result.to_json(),
+                            "output_file": str(output) if output is not None else None})
+    else:
+        _print_model_run(ex, result, options, output)
+    if result.correct is False:
+        console.error(f"the model's output differs from PyTorch's: {result.message}")
+        raise typer.Exit(1)
+
+
+def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, output: Path | None) -> None:
+    lo, hi = min(result.costs), max(result.costs)
+    rows = [("latency (median)", _ms(result.latency_s)), ("spread", f"{_ms(lo)} .. {_ms(hi)}"),
+            ("measured", f"{options.repeat} runs of {options.number} (min {options.min_repeat_ms:g} ms each)"),
+            ("inputs run", str(len(result.outputs))),
+            ("outputs", ", ".join(str(list(o.shape)) for o in result.stacked())),
+            ("output", "not checked" if result.correct is None else
+             ("correct" if result.correct else "WRONG") + f" ({result.message})")]
+    if output is not None:
+        rows.append(("written to", str(output)))
+    console.table(f"model {ex.manifest.model['source']['model']} on {result.board}", ["", "value"], rows)
+    if result.per_layer:
+        console.table("per conv (each kernel timed alone)", ["conv", "workload", "schedule", "latency", "tuned latency"],
+                      [(r["module"], r["workload"] or "-", r["schedule"], _ms(r["seconds"]), _ms(r["tuned_seconds"]))
+                       for r in result.per_layer])
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    """A .npy input (never a pickle); :class:`ConfigError` naming the file when it is not one."""
+    if path.is_dir():
+        raise ConfigError(f"--input {path} is a folder; give a .npy file (numpy.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as exc:
+        raise ConfigError(f"--input {path} is not a .npy array ({str(exc)[:80]}); write it with numpy.save") from None
+
+
+def _write_outputs(path: Path, result: ModelRun) -> None:
+    """The outputs, stacked as the inputs were: one .npy, or an .npz of output0, output1, ... for several."""
+    outs = result.stacked()
+    if path.is_dir():
+        raise ConfigError(f"--output {path} is a folder; give a file name")
+    if len(outs) == 1:
+        np.save(path, outs[0])
+    else:
+        np.savez(path, **{f"output{i}": o for i, o in enumerate(outs)})

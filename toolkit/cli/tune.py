@@ -10,10 +10,11 @@ from typing import Annotated, Any, Optional
 import typer
 
 from toolkit import console
-from toolkit.backends.vta.backend import with_vta_preset
-from toolkit.boards import Board, Inventory, resolve_board
+from toolkit.boards import Board
 from toolkit.cli.app import app
-from toolkit.cli.options import InventoryOpt, JsonOpt, check_folder
+from toolkit.cli.options import (BoardOpt, InputShapeOpt, InventoryOpt, JsonOpt, MinRepeatMsOpt, ModelOpt, NumberOpt,
+                                 RepeatOpt, TimeoutOpt, TrackerOpt, TvmCompatOpt, VtaConfigOpt, WaitBoardOpt,
+                                 board_from, check_folder)
 from toolkit.errors import ConfigError
 from toolkit.tuning.journal import read_log
 from toolkit.tuning.models.transfer import transfer_model_from
@@ -88,8 +89,7 @@ def tune(
     = None,
     workload: Annotated[Optional[str], typer.Option(
         "--workload", "-w", help="Workload: a named layer (resnet18.C2) or a spec.")] = None,
-    board: Annotated[str, typer.Option("--board", "-b", help="Board name (registered, or vta-fsim / local).")]
-    = "vta-fsim",
+    board: BoardOpt = "vta-fsim",
     tuner: Annotated[str, typer.Option("--tuner", "-t", help="Tuner name; see `edgetune tuners`.")] = DEFAULT_TUNER,
     log: Annotated[Optional[Path], typer.Option(help="Tuning log (default edgetune-logs/<board>/<workload>.jsonl).")]
     = None,
@@ -100,50 +100,32 @@ def tune(
         "--early-stopping", min=1, help="Stop after this many trials without a better config.")] = None,
     option: Annotated[Optional[list[str]], typer.Option(
         "--option", "-o", help="Tuner option KEY=VALUE; repeat for several (see `edgetune tuners`).")] = None,
-    tvm_compat: Annotated[bool, typer.Option(
-        "--tvm-compat", help="VTA: TVM-compatible space: configs TVM v0.18's lowering cannot build count as invalid.")] = False,
-    vta_config: Annotated[Optional[str], typer.Option(
-        "--vta-config", help="VTA simulator: model another hardware preset (pynq, ultra96, zcu102); the log "
-                             "records it and export follows it.")] = None,
+    tvm_compat: TvmCompatOpt = False,
+    vta_config: VtaConfigOpt = None,
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Check each config's output against the reference (slower).")] = False,
-    number: Annotated[int, typer.Option(min=1, help="Runs per measurement (TVM's time_evaluator number).",
-                                        rich_help_panel="Measurement")] = 1,
-    repeat: Annotated[int, typer.Option(min=1, help="Measurements per config (their mean is the cost).",
-                                        rich_help_panel="Measurement")] = 3,
-    min_repeat_ms: Annotated[float, typer.Option(
-        "--min-repeat-ms", min=0, help="Raise number so that one measurement lasts at least this long.",
-        rich_help_panel="Measurement")] = 0.0,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds one config's run may take on the board.",
-                                           rich_help_panel="Measurement")] = 30.0,
+    number: NumberOpt = 1,
+    repeat: RepeatOpt = 3,
+    min_repeat_ms: MinRepeatMsOpt = 0.0,
+    timeout: TimeoutOpt = 30.0,
     time_budget: Annotated[Optional[float], typer.Option(
         "--time-budget", min=1, help="Stop starting new trials after this many seconds (the log keeps them all).",
         rich_help_panel="Measurement")] = None,
-    tracker: Annotated[Optional[str], typer.Option(
-        help="RPC tracker HOST:PORT for boards measured over RPC (default: where the board was provisioned).")]
-    = None,
-    wait_board: Annotated[float, typer.Option(
-        "--wait-board", min=1, metavar="SECONDS",
-        help="Boards over RPC: how long a lost board may take to come back before the run stops (every finished "
-             "trial stays in the log).", rich_help_panel="Measurement")] = 120.0,
+    tracker: TrackerOpt = None,
+    wait_board: WaitBoardOpt = 120.0,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
     transfer: Annotated[Optional[str], typer.Option(
         "--transfer", metavar="LOGS_OR_MODEL", help="Start from what other tuning learned: a tuning log, a folder "
         "of logs, a transfer model file, 'pretrained' (the model edgetune ships for the board) or 'none'. Default: "
         "the tuner's own (see `edgetune tuners NAME`).")] = None,
-    model: Annotated[Optional[str], typer.Option(
-        "--model", "-m", help="Tune a whole network instead of --workload: a built-in network (resnet18; see "
-                              "`edgetune workloads networks`) or a PyTorch model (.pt2, TorchScript, module:factory).",
-        rich_help_panel="Whole network")] = None,
+    model: ModelOpt = None,
     scheduler: Annotated[str, typer.Option(
         help="--model: task scheduler, gradient (Ansor) or round-robin.", rich_help_panel="Whole network")]
     = "gradient",
     round_trials: Annotated[int, typer.Option(
         "--round-trials", min=1, help="--model: trials per scheduler round.", rich_help_panel="Whole network")] = 32,
-    input_shape: Annotated[str, typer.Option(
-        "--input-shape", help="--model: input N,C,H,W of a PyTorch model.", rich_help_panel="Whole network")]
-    = "1,3,224,224",
+    input_shape: InputShapeOpt = "1,3,224,224",
     first_conv: Annotated[str, typer.Option(
         "--first-conv", help="--model on VTA: 'cpu' leaves the first conv on the CPU (as TVM), 'pad' pads it to "
                              "16 channels.", rich_help_panel="Whole network")] = "cpu",
@@ -157,22 +139,28 @@ def tune(
         raise ConfigError("give --workload (one layer) or --model (a whole network), exactly one of them")
     if (trials is None) == (more is None):
         raise ConfigError("give --trials N (the budget in all) or --more N (trials beyond the log's), one of them")
-    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    brd = board_from(board, inventory, vta_config)
     if tvm_compat and "tvm_compat" not in backend_for(brd.profile).template_options:
         raise ConfigError(f"--tvm-compat applies to VTA boards; {brd.name} is a {brd.profile.family} board")
     template_options = {"tvm_compat": True} if tvm_compat else {}
     if more is not None:
         resume = True
+    measure = MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout,
+                             check=check)
     if model is not None:
         from toolkit.cli.tune_network import tune_model
 
-        if more is not None:
-            raise ConfigError("--more applies to one workload; give --model with --trials N (the budget in all)")
+        refused = [flag for flag, value in (("--more", more), ("--early-stopping", early_stopping),
+                                            ("--time-budget", time_budget)) if value is not None]
+        if refused:
+            raise ConfigError(f"{', '.join(refused)} apply to one workload; give --model with --trials N (the budget "
+                              "in all, shared by the tasks)")
         return tune_model(model=model, board=brd, trials=trials, tuner=tuner,
                           tuner_options={**parse_options(option), **transfer_options(transfer, tuner, brd)},
                           scheduler=scheduler, round_trials=round_trials, input_shape=input_shape,
                           first_conv=first_conv, log=log, resume=resume, seed=seed,
-                          template_options=template_options, check=check, json=json)
+                          template_options=template_options, measure=measure, tracker=tracker, wait_s=wait_board,
+                          json=json)
     wl = parse_workload(workload)
     tuner_obj = make_tuner(tuner, seed=seed, **{**parse_options(option), **transfer_options(transfer, tuner, brd)})
     task = make_task(wl, brd, **template_options)
@@ -191,9 +179,7 @@ def tune(
 
         try:
             summary = run_tune(task, tuner_obj, trials, log=log_path, resume=resume, early_stopping=early_stopping,
-                               runner=runner, callback=on_batch, time_budget_s=time_budget,
-                               measure_options=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
-                                                              timeout_s=timeout, check=check))
+                               runner=runner, callback=on_batch, time_budget_s=time_budget, measure_options=measure)
         finally:
             runner.close()
         bar.update(bar_id, completed=summary.trials, status=_status(summary))
@@ -262,20 +248,17 @@ def tuners(
 @app.command("import-autotvm", rich_help_panel="Tune")
 def import_autotvm(
     log: Annotated[Path, typer.Argument(help="An AutoTVM log or a TopHub file (one JSON record per line).")],
-    board: Annotated[str, typer.Option("--board", "-b", help="The board the records are for (its VTA model "
-                                                             "must be the records').")] = "vta-fsim",
+    board: BoardOpt = "vta-fsim",
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the edgetune logs, one per workload (an "
                                                           "existing log of a workload is continued).")]
     = Path("edgetune-logs/imported"),
-    vta_config: Annotated[str | None, typer.Option(
-        "--vta-config", help="VTA simulator: take the records of another hardware preset (pynq, zcu102, ...).")]
-    = None,
+    vta_config: VtaConfigOpt = None,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Import AutoTVM/TopHub records of TVM's VTA conv2d template into edgetune logs (TVM-compatible space):
     resume them with `tune --tvm-compat --resume`, export them, or give them to a tuner as history."""
-    brd = with_vta_preset(resolve_board(board, Inventory(inventory) if inventory else None), vta_config)
+    brd = board_from(board, inventory, vta_config)
     check_folder(out, "--out")
     summary = backend_for(brd.profile).import_autotvm(log, brd, out)
     if json:

@@ -21,21 +21,31 @@ def _ms(seconds: float) -> str:
 
 def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_options: dict[str, Any],
                scheduler: str, round_trials: int, input_shape: str, first_conv: str, log: Path | None,
-               resume: bool, seed: int, template_options: dict[str, Any], check: bool, json: bool) -> None:
-    """Plan the network's tasks for ``board``, tune them, print the per-task table and the total."""
+               resume: bool, seed: int, template_options: dict[str, Any], measure: MeasureOptions,
+               tracker: str | None, wait_s: float, json: bool) -> None:
+    """Plan the network's tasks for ``board``, tune them (``measure``: how each config is timed, on the board
+    reached through ``tracker``), print the per-task table and the total."""
     net = load_network(model, parse_input_shape(input_shape))
     plan = backend_for(board.profile).plan_network(net, first_conv=first_conv)
     sched = make_scheduler(scheduler, seed=seed, trials_per_round=round_trials)
     log_path = log or Path("edgetune-logs") / board.name / f"{net.name}.jsonl"
+    tasks = tasks_of(plan, board, **template_options)
+    backend = backend_for(board.profile)
+    builder, runner = backend.default_builder(board), backend.make_runner(board, tracker=tracker, wait_s=wait_s)
+    runner.on_wait = console.warn
     with console.progress() as bar:
         bar_id = bar.add_task(f"{net.name} ({len(plan.tasks)} tasks, {scheduler})", total=trials, status="")
 
         def on_round(s: NetworkSummary) -> None:
             bar.update(bar_id, completed=s.trials, status=f"total {_ms(s.total_seconds)} ms")
 
-        summary = tune_network(plan, tasks_of(plan, board, **template_options), tuner, trials, scheduler=sched,
-                               log=log_path, resume=resume, tuner_options=tuner_options, seed=seed,
-                               measure_options=MeasureOptions(check=check), callback=on_round)
+        try:
+            summary = tune_network(plan, tasks, tuner, trials, scheduler=sched, log=log_path, resume=resume,
+                                   tuner_options=tuner_options, seed=seed, measure_with=lambda task: (builder, runner),
+                                   measure_options=measure, callback=on_round)
+        finally:
+            runner.close()
+            builder.close()
         on_round(summary)
     if json:
         console.print_json(summary.to_json())

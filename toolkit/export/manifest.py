@@ -69,6 +69,9 @@ class ExportManifest:
     tuned_on: dict[str, Any]       # {"board", "board_type", "target"} of the log
     kernels: list[KernelEntry]
     files: dict[str, str] = field(default_factory=dict)
+    model: dict[str, Any] | None = None
+    """A whole-model export's section (files by role, source, inputs, outputs, what each conv got); ``None``
+    for a kernel export."""
     edgetune: str = __version__
     tvm: str = field(default_factory=tvm_version)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -76,6 +79,8 @@ class ExportManifest:
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if d["model"] is None:
+            del d["model"]
         return {"schema": d.pop("schema"), **d}
 
     @classmethod
@@ -93,7 +98,10 @@ class ExportManifest:
                 raise ExportError(f"{where}: kernels[{k}] is not an object; re-export the folder")
             _check_keys(kern, KERNEL_KEYS, f"{where}: kernels[{k}]")
             kernels.append(KernelEntry(**{key: kern[key] for key in KERNEL_KEYS}))
-        if not kernels:
+        model = obj.get("model")
+        if model is not None:
+            _check_model(model, where)
+        elif not kernels:
             raise ExportError(f"{where}: the export holds no kernel; re-export the folder")
         fields_ = {k: obj[k] for k in MANIFEST_KEYS if k != "kernels"}
         for rel, digest in fields_["files"].items():
@@ -105,7 +113,34 @@ class ExportManifest:
                 if not isinstance(rel, str) or rel not in fields_["files"]:
                     raise ExportError(f"{where}: kernel {kern.label} uses {role} file {rel!r}, which the manifest "
                                       "does not list and hash; re-export the folder")
-        return cls(kernels=kernels, **fields_)
+        for role, rel in (model or {}).get("files", {}).items():
+            if not isinstance(rel, str) or rel not in fields_["files"]:
+                raise ExportError(f"{where}: the model's {role} file {rel!r} is not listed and hashed in the "
+                                  "manifest; re-export the folder")
+        return cls(kernels=kernels, model=model, **fields_)
+
+
+MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "files": dict, "source": dict, "inputs": list, "outputs": list, "convs": list}
+"""Required keys of a whole-model export's ``model`` section."""
+
+
+def _check_model(model: Any, where: str) -> None:
+    """Refuse a ``model`` section of the wrong shape (a model export's files, inputs and outputs)."""
+    if not isinstance(model, dict):
+        raise ExportError(f"{where}: key 'model' is not an object; re-export the folder")
+    _check_keys(model, MODEL_KEYS, f"{where}: model")
+    if "model" not in model["files"]:
+        raise ExportError(f"{where}: the model section names no compiled model file; re-export the folder")
+    for kind in ("inputs", "outputs"):
+        for i, spec in enumerate(model[kind]):
+            ok = (isinstance(spec, dict) and isinstance(spec.get("shape"), list)
+                  and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < 1 << 31 for d in spec["shape"])
+                  and spec.get("dtype") in ("float32", "float16", "int8", "int32", "int64", "uint8", "bool"))
+            if not ok:
+                raise ExportError(f"{where}: model {kind}[{i}] is not a tensor description; re-export the folder")
+    if len(model["inputs"]) != 1 or not model["outputs"]:
+        raise ExportError(f"{where}: a model export takes one input and has outputs; re-export the folder")
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,13 @@ from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, resolve_board
 from toolkit.export.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, ExportManifest, KernelEntry, inside,
                                      sha256_file)
+from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.core.template import Template
 from toolkit.workloads import Conv2dWorkload, parse_workload
+
+MODEL_RTOL = 1e-3
+"""A model's output matches PyTorch's when ``max |got - torch| <= MODEL_RTOL * max |torch| + MODEL_ATOL``."""
+MODEL_ATOL = 1e-5
 
 
 @dataclass
@@ -35,6 +42,46 @@ class RunResult:
         return {"workload": self.workload, "board": self.board, "seconds": self.seconds,
                 "manifest_seconds": self.expected_seconds, "correct": self.correct, "message": self.message,
                 "outputs": {k: list(v.shape) for k, v in self.outputs.items()}}
+
+
+@dataclass
+class ModelRun:
+    """A whole model run on a board: outputs per input, latency per inference (median of the timed runs and
+    their spread), each conv's time with ``per_layer``, and the comparison with PyTorch when asked."""
+
+    board: str
+    outputs: list[list[np.ndarray]]
+    costs: list[float]
+    per_layer: list[dict[str, Any]]
+    correct: bool | None = None
+    message: str = ""
+
+    @property
+    def latency_s(self) -> float:
+        """Median seconds of one inference over the timed runs."""
+        return float(np.median(self.costs))
+
+    def stacked(self) -> list[np.ndarray]:
+        """Each output of every input, stacked on the batch axis (as the inputs were)."""
+        return [np.concatenate([out[i] for out in self.outputs]) for i in range(len(self.outputs[0]))]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"board": self.board, "latency_ms": self.latency_s * 1e3,
+                "latency_min_ms": min(self.costs) * 1e3, "latency_max_ms": max(self.costs) * 1e3,
+                "timed_runs": len(self.costs), "inputs": len(self.outputs), "correct": self.correct,
+                "message": self.message, "outputs": [list(o.shape) for o in self.stacked()],
+                "per_layer": self.per_layer}
+
+
+def reference_outputs(loaded: Any, x: np.ndarray) -> list[np.ndarray]:
+    """The PyTorch model's outputs for one input ``x``, flattened to a list."""
+    import torch
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)   # torch-internal deprecations, not the user's
+        out = loaded.program.module()(torch.from_numpy(np.ascontiguousarray(x)))
+    flat = out if isinstance(out, (tuple, list)) else [out]
+    return [o.detach().cpu().numpy() for o in flat]
 
 
 def load_export(path: str | Path) -> Export:
@@ -113,16 +160,29 @@ class Export:
         options = {k: v for k, v in kernel.template.items() if k != "template"}
         return self.backend.template(kernel.conv2d, profile, **options)
 
+    @contextlib.contextmanager
+    def session(self, board: Board, *, tracker: tuple[str, int] | str | None = None,
+                on_wait: Any = None) -> Iterator[Runner]:
+        """The runner that runs this export's kernels on ``board`` (tuning's, through the board's tracker), open
+        for several :meth:`run` calls and closed at the end (a loopback ``local`` board starts once)."""
+        runner = self.backend.make_runner(board, tracker=tracker)
+        runner.on_wait = on_wait
+        try:
+            yield runner
+        finally:
+            runner.close()
+
     def run(self, board: str | Board, inputs: Sequence[np.ndarray] | None = None, check: bool = True, *,
             workload: str | Conv2dWorkload | None = None, seed: int = 0, repeat: int = 3,
             tracker: tuple[str, int] | str | None = None, inventory: Inventory | None = None,
-            on_wait: Any = None) -> RunResult:
+            on_wait: Any = None, session: Runner | None = None) -> RunResult:
         """Run one kernel on ``board`` (``inputs`` default: the template's random inputs of ``seed``).
 
         CPU/GPU boards go through TVM RPC (the built-in ``local`` through a loopback tracker and
         server); ``vta-fsim`` runs in-process; other VTA boards through their agent. ``check``
         compares the output with the numpy reference (bit-exact on VTA, 1e-3 on float32). The kernel runs
-        through the board's tuning runner; ``on_wait(message)`` is told when it waits for the board.
+        through the board's tuning runner (``session``, from :meth:`session`, serves several calls; without
+        one, a runner is opened for this call); ``on_wait(message)`` is told when it waits for the board.
         """
         b = board if isinstance(board, Board) else resolve_board(board, inventory)
         self.check_board(b)
@@ -131,11 +191,95 @@ class Export:
         if inputs is None:
             inputs = template.make_inputs(np.random.default_rng(seed))
         inputs = self._check_inputs(kernel, list(inputs))
-        outputs, seconds = self.backend.run_kernel(self.path, kernel, b, inputs, repeat, tracker, on_wait)
+        if session is None:
+            with self.session(b, tracker=tracker, on_wait=on_wait) as runner:
+                outputs, seconds = self.backend.run_kernel(self.path, kernel, b, inputs, repeat, runner)
+        else:
+            outputs, seconds = self.backend.run_kernel(self.path, kernel, b, inputs, repeat, session)
         correct, message = None, ""
         if check:
             correct, message = self.backend.compare(outputs[self.backend.output_name], template.reference(inputs))
         return RunResult(kernel.label, b.name, outputs, seconds, correct, kernel.latency_s, message)
+
+    @property
+    def is_model(self) -> bool:
+        """Whether the export holds a whole model (else conv kernels)."""
+        return self.manifest.model is not None
+
+    def model_inputs(self, x: np.ndarray | None = None, seed: int = 0) -> list[np.ndarray]:
+        """``x`` (one input, or several stacked on the batch axis) split into the model's inputs, checked;
+        default: one random input of ``seed``."""
+        spec = self._model()["inputs"][0]
+        shape, dtype = tuple(spec["shape"]), np.dtype(spec["dtype"])
+        if x is None:
+            return [np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)]
+        x = np.asarray(x)
+        if x.dtype != dtype or x.ndim != len(shape) or tuple(x.shape[1:]) != shape[1:] or not x.shape[0] \
+                or x.shape[0] % shape[0]:
+            raise ExportError(f"the model takes {dtype} inputs of shape {list(shape)} (or N of them stacked on "
+                              f"axis 0), got {x.dtype}{list(x.shape)}")
+        return [np.ascontiguousarray(x[i:i + shape[0]]) for i in range(0, x.shape[0], shape[0])]
+
+    def run_model(self, board: str | Board, inputs: np.ndarray | None = None, *, check: bool = False,
+                  options: MeasureOptions | None = None, per_layer: bool = False,
+                  tracker: tuple[str, int] | str | None = None, inventory: Inventory | None = None,
+                  on_wait: Any = None) -> ModelRun:
+        """Run the exported model on ``board``: every input of ``inputs`` (:meth:`model_inputs`) in one session,
+        then timed as tuning times a kernel (``options``: number, repeat, min_repeat_ms, timeout_s); ``check``
+        compares each output with the PyTorch model's (:meth:`reference`); ``per_layer`` times each conv."""
+        b = board if isinstance(board, Board) else resolve_board(board, inventory)
+        self.check_board(b)
+        xs = self.model_inputs(inputs)
+        timing = self.backend.run_model(self.path, self.manifest, b, xs, options or MeasureOptions(),
+                                        tracker=tracker, on_wait=on_wait, per_layer=per_layer)
+        layers = [{"module": c["module"], "workload": c["workload"], "schedule": c["schedule"],
+                   "seconds": timing.kernels.get(c.get("kernel") or ""),
+                   "tuned_seconds": (c.get("record") or {}).get("latency_s")}
+                  for c in self._model()["convs"]] if per_layer else []
+        run = ModelRun(b.name, timing.outputs, timing.costs, layers)
+        if check:
+            run.correct, run.message = self.compare_model(xs, timing.outputs)
+        return run
+
+    def compare_model(self, inputs: list[np.ndarray], outputs: list[list[np.ndarray]]) -> tuple[bool, str]:
+        """Each output against the PyTorch model's on the same input (tolerance :data:`MODEL_RTOL`)."""
+        loaded = self.reference()
+        worst = 0.0
+        for x, got in zip(inputs, outputs):
+            for g, r in zip(got, reference_outputs(loaded, x)):
+                if g.shape != r.shape:
+                    return False, f"output shape {list(g.shape)}, PyTorch's {list(r.shape)}"
+                err = float(np.max(np.abs(g.astype(np.float64) - r))) if g.size else 0.0
+                scale = float(np.max(np.abs(r))) if r.size else 0.0
+                worst = max(worst, err / max(scale, 1e-30))
+                if not err <= MODEL_RTOL * scale + MODEL_ATOL:
+                    return False, f"max |error| {err:.3g} against PyTorch's max |output| {scale:.3g}"
+        return True, f"equal to PyTorch within {MODEL_RTOL:g} of its largest output (worst {worst:.2g})"
+
+    def reference(self) -> Any:
+        """The PyTorch model the export was made from, loaded again (:class:`ExportError` when it cannot be:
+        a file moved or changed, a model passed as an object)."""
+        from toolkit.workloads.extract import load_model
+
+        source = self._model()["source"]
+        kind, text = source.get("kind"), str(source.get("model"))
+        shape = tuple(self._model()["inputs"][0]["shape"])
+        if kind == "module":
+            raise ExportError("the export was made from a model object; compare it in Python "
+                              "(Export.run_model(...).outputs) or export the model from a file to --check it")
+        if kind in ("pt2", "torchscript") and not Path(text).is_file():
+            raise ExportError(f"--check needs the model file {text}, which is not here; run without --check")
+        loaded = load_model(text, shape, seed=int(source.get("seed") or 0))
+        if loaded.source.get("weights_sha256") != source.get("weights_sha256"):
+            raise ExportError(f"model {text} has other weights than when it was exported; export it again to "
+                              "--check it")
+        return loaded
+
+    def _model(self) -> dict[str, Any]:
+        if self.manifest.model is None:
+            raise ExportError(f"{self.path} holds conv kernels, not a model; export a model with "
+                              "`edgetune export --model MODEL`")
+        return self.manifest.model
 
     def run_all(self, board: str | Board, check: bool = True, **kwargs: Any) -> list[RunResult]:
         """:meth:`run` for every kernel."""

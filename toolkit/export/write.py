@@ -147,15 +147,9 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     hardware = backend.hardware(profile)
     picked = _select(records, workloads, log)
 
-    out_dir = Path(out_dir)
-    _check_out_dir(out_dir, force)
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ExportError(f"cannot create export folder {out_dir}: {exc.strerror or exc}; choose another --out") \
-            from None
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    log_sha = sha256_file(log)
+
+    def fill(stage: Path) -> ExportManifest:
         kernels = []
         (stage / KERNEL_DIR).mkdir()
         for rec in picked:
@@ -165,28 +159,70 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
             traced = backend.record_template(template, rec.config)   # e.g. a MetaSchedule trace
             template, config = ((traced, Config(-1, rec.config)) if traced is not None
                                 else (template, record_config(template, rec, log)))
-            files, signature = backend.write_kernel(template, config, stage, f"{KERNEL_DIR}/{_slug(template.workload.label)}")
+            files, signature = backend.write_kernel(template, config, stage,
+                                                    f"{KERNEL_DIR}/{_slug(template.workload.label)}")
             kernels.append(KernelEntry(label=template.workload.label, workload=rec.workload, config=config.values,
                                        index=config.index if config.index >= 0 else None, latency_s=rec.seconds,
-                                       tuner=rec.tuner,
-                                       template=template.describe(), files=files, signature=signature))
+                                       tuner=rec.tuner, template=template.describe(), files=files,
+                                       signature=signature))
         shutil.copyfile(log, stage / LOG_FILE)
         manifest = ExportManifest(
             kind=backend.export_kind, board=name, board_type=profile.name,
             family=profile.family, arch=profile.arch, target=_plain_target(profile), hardware=hardware,
             bitstream=backend.bitstream(profile),
-            log={"file": LOG_FILE, "sha256": sha256_file(log), "source": str(log)},
+            log={"file": LOG_FILE, "sha256": log_sha, "source": str(log)},
             tuned_on={"board": tuned_board, "board_type": tuned_type, "target": tuned_target}, kernels=kernels)
         (stage / README).write_text(readme(manifest, str(out_dir)))
         manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*")) if p.is_file()}
+        return manifest
+
+    return staged(Path(out_dir), force, fill)
+
+
+def staged(out_dir: Path, force: bool, fill: Callable[[Path], ExportManifest]) -> ExportManifest:
+    """Write an export through a stage folder beside ``out_dir``: ``fill(stage)`` writes the files and returns
+    the manifest (its ``files`` hashed), which is written last; the stage then takes ``out_dir``'s place. An
+    earlier export (``force``) is renamed aside first and deleted after, so a kill at any point leaves the
+    old export or the new one; stage folders a killed export left beside ``out_dir`` are removed."""
+    _check_out_dir(out_dir, force)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExportError(f"cannot create export folder {out_dir}: {exc.strerror or exc}; choose another --out") \
+            from None
+    _remove_stale_stages(out_dir)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        manifest = fill(stage)
         (stage / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
         if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(stage, out_dir)
+            aside = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+            os.replace(out_dir, aside / "export")
+            os.replace(stage, out_dir)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(stage, out_dir)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return manifest
+
+
+STAGE_MAX_AGE_S = 3600.0
+"""A stage folder older than this, beside an export being written, was left by a killed export."""
+
+
+def _remove_stale_stages(out_dir: Path) -> None:
+    """Delete ``.NAME.*`` stage folders beside ``out_dir`` left by a killed export (older than an hour, so
+    a concurrent export's stage stays)."""
+    import time
+
+    for p in out_dir.parent.glob(f".{out_dir.name}.*"):
+        try:
+            if p.is_dir() and not p.is_symlink() and time.time() - p.stat().st_mtime > STAGE_MAX_AGE_S:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _check_out_dir(out_dir: Path, force: bool) -> None:

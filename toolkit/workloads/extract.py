@@ -58,12 +58,24 @@ class Requant:
                 "rel_error": self.rel_error}
 
 
+@dataclass(frozen=True)
+class ConvNode:
+    """One 2-D, non-transposed conv of the traced graph, in graph order: its module path and its layer
+    (``None`` when it is no conv2d workload: ``reason`` says why)."""
+
+    module: str
+    layer: ConvLayer | None
+    reason: str = ""
+
+
 @dataclass
 class Extraction:
     """What :func:`extract` found: the conv layers as a network, and convs that are not 2-D workloads."""
 
     network: Network
     skipped: list[tuple[str, str]] = field(default_factory=list)   # (module, reason)
+    convs: list[ConvNode] = field(default_factory=list)
+    """Every 2-D conv of the graph in order (grouped and dilated ones included, unmerged)."""
 
     def to_dict(self) -> dict:
         """JSON-able form."""
@@ -133,16 +145,18 @@ def requant_shifts(network: Network, scales: dict[str, tuple[float, float, float
 
 
 def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | None = None) -> Extraction:
-    """Trace ``model`` (a path, ``module:factory`` or ``nn.Module``) and collect its conv layers."""
+    """Trace ``model`` (a path, ``module:factory``, ``nn.Module`` or a :class:`LoadedModel`) and collect its
+    conv layers."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
 
     device = next(model.parameters(), torch.zeros(0)).device if isinstance(model, torch.nn.Module) else "cpu"
     example = torch.zeros(input_shape, device=device)   # a module built on "meta" needs no weights
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, input_shape)
+    gm, label = loaded.program.module(), loaded.label
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)   # torch-internal deprecations, not the user's
-        gm, label = _graph_module(model, example)
         try:
             with torch.no_grad():
                 ShapeProp(gm, fake_mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(example)
@@ -153,6 +167,7 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
             ) from None
     layers: list[ConvLayer] = []
     skipped: list[tuple[str, str]] = []
+    convs: list[ConvNode] = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or not _is_conv(node.target):
             continue
@@ -170,40 +185,95 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
         pad = _padding(conv["padding"], conv["dilation"], (kh, kw), conv["stride"])
         if pad is None:
             skipped.append((module, f"asymmetric padding {conv['padding']!r}: not a conv2d workload"))
+            convs.append(ConvNode(module, None, skipped[-1][1]))
             continue
         n, ci, h, w = x_shape
         workload = Conv2dWorkload(n, h, w, ci, w_shape[0], kh, kw, *conv["stride"], *pad)
         layers.append(ConvLayer(workload, 1, conv["groups"], tuple(conv["dilation"]), (module,)))
+        convs.append(ConvNode(module, layers[-1]))
     if not layers and not skipped:
         raise WorkloadError(f"model {label} has no conv layers")
     net_name = name or label
-    return Extraction(Network(net_name, input_shape, merge_layers(layers, prefix=net_name), label), skipped)
+    return Extraction(Network(net_name, input_shape, merge_layers(layers, prefix=net_name), label), skipped, convs)
 
 
-def _graph_module(model: Any, example: Any) -> tuple[Any, str]:
-    """(fx GraphModule, label) for a path, ``module:factory`` or module."""
+@dataclass
+class LoadedModel:
+    """A PyTorch model traced whole: its ``torch.export`` program, a label and where it came from."""
+
+    program: Any
+    """The ``torch.export.ExportedProgram`` (weights included)."""
+    label: str
+    source: dict[str, Any]
+    """``{"model": what the user gave, "kind": builtin|pt2|torchscript|factory|module, "sha256": the file's digest
+    (a factory: its module's file), "weights_sha256": the digest of every weight and buffer, in order}``."""
+
+
+def load_model(model: Any, input_shape: tuple[int, int, int, int], *, seed: int = 0) -> LoadedModel:
+    """Trace ``model`` (a built-in name, a ``.pt2``/TorchScript path, ``module:factory`` or an ``nn.Module``)
+    for ``input_shape``; built-in networks get weights drawn from ``seed``."""
     import torch
 
-    if isinstance(model, torch.nn.Module):
-        return _export(model, example, type(model).__name__), type(model).__name__
-    text = str(model)
+    from toolkit.workloads.zoo import ZOO, zoo_model
+
+    device = next(model.parameters(), torch.zeros(0)).device if isinstance(model, torch.nn.Module) else "cpu"
+    example = torch.zeros(input_shape, device=device)   # a module built on "meta" needs no weights
+    text = None if isinstance(model, torch.nn.Module) else str(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)   # torch-internal deprecations, not the user's
+        if text is None:
+            label = type(model).__name__
+            program, kind, digest = _export(model, example, label), "module", None
+        elif text.strip().lower().replace("-", "_") in ZOO:
+            label = text.strip().lower().replace("-", "_")
+            program, kind, digest = _export(zoo_model(label, seed), example, label), "builtin", None
+        else:
+            program, label, kind, digest = _program(text, example)
+    return LoadedModel(program, label, {"model": text or label, "kind": kind, "sha256": digest,
+                                        "weights_sha256": _weights_digest(program)})
+
+
+def _program(text: str, example: Any) -> tuple[Any, str, str, str | None]:
+    """(exported program, label, kind, file sha256) of a model path or ``module:factory``."""
+    import torch
+
     path = Path(text)
     if path.suffix == ".pt2":
         if not path.is_file():
             raise WorkloadError(f"model file {text} does not exist")
         try:
-            return torch.export.load(str(path)).module(), path.stem
+            return torch.export.load(str(path)), path.stem, "pt2", _file_digest(path)
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad archive
             raise WorkloadError(f"{text} is not a torch.export archive: {_first_line(exc)}") from None
     if path.is_file():
-        return _torchscript(path, example), path.stem
+        return _torchscript(path, example), path.stem, "torchscript", _file_digest(path)
     if ":" in text:
         mod_name, _, attr = text.rpartition(":")
-        return _export(_factory(mod_name, attr), example, attr), attr
+        module, file = _factory(mod_name, attr)
+        return _export(module, example, attr), attr, "factory", _file_digest(Path(file)) if file else None
     raise WorkloadError(
-        f"model {text!r} is neither a file nor module:factory; give a .pt2 (torch.export.save), "
-        "a TorchScript file (torch.jit.save) or e.g. mypkg.models:make_net"
+        f"model {text!r} is neither a file, a built-in network nor module:factory; give a .pt2 "
+        "(torch.export.save), a TorchScript file (torch.jit.save) or e.g. mypkg.models:make_net"
     )
+
+
+def _file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _weights_digest(program: Any) -> str | None:
+    """sha256 of the program's weights and buffers (names, shapes and bytes, in order); ``None`` on "meta"."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, tensor in program.state_dict.items():
+        if tensor.device.type == "meta":
+            return None
+        h.update(f"{name}:{list(tensor.shape)}:{tensor.dtype};".encode())
+        h.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _export(module: Any, example: Any, label: str) -> Any:
@@ -211,7 +281,7 @@ def _export(module: Any, example: Any, label: str) -> Any:
 
     module.eval()
     try:
-        return torch.export.export(module, (example,), strict=False).module()
+        return torch.export.export(module, (example,), strict=False)
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types
         raise WorkloadError(f"torch.export cannot trace {label}: {_first_line(exc)}") from None
 
@@ -227,12 +297,13 @@ def _torchscript(path: Path, example: Any) -> Any:
             f"{path} is not a TorchScript file ({_first_line(exc)}); .pt2 files must end in .pt2"
         ) from None
     try:
-        return TS2EPConverter(script, (example,)).convert().module()
+        return TS2EPConverter(script, (example,)).convert()
     except Exception as exc:  # noqa: BLE001
         raise WorkloadError(f"cannot convert TorchScript {path} to a graph: {_first_line(exc)}") from None
 
 
-def _factory(mod_name: str, attr: str) -> Any:
+def _factory(mod_name: str, attr: str) -> tuple[Any, str | None]:
+    """The module ``mod_name:attr`` makes, and the file it was defined in (``None`` if unknown)."""
     import torch
 
     try:
@@ -260,7 +331,7 @@ def _factory(mod_name: str, attr: str) -> Any:
             raise WorkloadError(f"{mod_name}:{attr}() failed: {_first_line(exc)}") from None
     if not isinstance(obj, torch.nn.Module):
         raise WorkloadError(f"{mod_name}:{attr} must be an nn.Module or return one, got {type(obj).__name__}")
-    return obj
+    return obj, getattr(mod, "__file__", None)
 
 
 def _is_conv(target: Any) -> bool:

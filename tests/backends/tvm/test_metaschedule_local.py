@@ -72,7 +72,7 @@ def test_export_rebuilds_the_best_trace_and_run_matches_the_reference(ms_log, tm
     assert kernel["tuner"] == KIND and kernel["index"] is None and kernel["config"]["kind"] == KIND
     r = _invoke("run", out, "--board", "local", "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["results"][0]["correct"] is True
+    assert json.loads(r.stdout)["results"][0]["correct"] is True
 
 
 def test_metaschedule_is_a_registered_driver_not_ask_tell():

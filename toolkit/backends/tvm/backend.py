@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from toolkit.backends.base import Backend, rebuild
+from toolkit.backends.base import Backend, ModelTiming, rebuild
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ConfigError, ExportError
@@ -22,6 +22,7 @@ from toolkit.workloads import Conv2dWorkload
 
 if TYPE_CHECKING:
     from toolkit.export.manifest import ExportManifest, KernelEntry
+    from toolkit.tuning.core.runner import MeasureOptions
 
 PRELOAD = ("tvm", "toolkit.backends.tvm.tir_features", "toolkit.backends.tvm.cpu")
 """Modules the builder's ``forkserver`` imports once, so that each build worker starts without importing TVM (~2 s)."""
@@ -39,6 +40,7 @@ class TVMBackend(Backend):
 
     name = "tvm"
     export_kind = "tvm-library"
+    model_kind = "tvm-model"
     kernels_noun = "TVM libraries"
     output_name = "conv"
 
@@ -142,23 +144,122 @@ class TVMBackend(Backend):
         return [(a["name"], a) for a in kernel.signature["args"] if not a.get("output")]
 
     def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
-                   repeat: int, tracker: tuple[str, int] | str | None,
-                   on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
-        """Upload the library over TVM RPC, run it once for its output, then time it, with the runner
-        tuning measures with (:meth:`RPCRunner.execute`)."""
-        from toolkit.backends.tvm.rpc_runner import RPCRunner
+                   repeat: int, runner: Runner) -> tuple[dict[str, np.ndarray], float]:
+        """Upload the library over TVM RPC, run it once for its output, then time it (:meth:`RPCRunner.execute`)."""
         from toolkit.tuning.core.template import Artifact
 
         out_spec = next(a for a in kernel.signature["args"] if a.get("output"))
-        runner = RPCRunner(board, tracker=tracker)
-        runner.on_wait = on_wait
-        try:
-            artifact = Artifact(index=-1, kind="tvm-library", path=str(folder / kernel.files["library"]))
-            got, costs = runner.execute(artifact, list(inputs), np.zeros(out_spec["shape"], dtype=out_spec["dtype"]),
-                                        self.device, repeat=max(1, repeat))
-        finally:
-            runner.close()
+        artifact = Artifact(index=-1, kind="tvm-library", path=str(folder / kernel.files["library"]))
+        got, costs = runner.execute(artifact, list(inputs), np.zeros(out_spec["shape"], dtype=out_spec["dtype"]),
+                                    self.device, repeat=max(1, repeat))
         return {"conv": got}, sum(costs) / len(costs)
 
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
         return check_output(got, expected, exact=False)
+
+    # -- whole models -------------------------------------------------------------------------------
+    def check_model_target(self, profile: BoardProfile) -> None:
+        if self.device == "cuda":
+            raise ExportError(f"whole-model exports are built for CPU boards; {profile.name} is a CUDA board, whose "
+                              "model build (GPU schedules for the operators around the convs) edgetune does not make "
+                              "yet: export its tuned kernels with `edgetune export --log LOG`")
+
+    def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
+                      folder: Path, *, progress: Any = None) -> tuple[dict[str, str], dict[str, str]]:
+        from toolkit.backends.tvm.model import ConvPlan, compile_model
+
+        model, kernels, names = compile_model(program, profile, [ConvPlan(*c) for c in convs], progress=progress)
+        (folder / "model.so").write_bytes(model)
+        files = {"model": "model.so"}
+        if kernels is not None:
+            (folder / "kernels.so").write_bytes(kernels)
+            files["kernels"] = "kernels.so"
+        return files, names
+
+    def model_readme_usage(self, m: ExportManifest) -> str:
+        model = m.model or {}
+        spec = model["inputs"][0]
+        return (
+            "## Running the model on the board (needs only the TVM runtime and numpy)\n\n"
+            "```python\nimport numpy as np, tvm\nfrom tvm import relax\n"
+            f"lib = tvm.runtime.load_module(\"{model['files']['model']}\")\n"
+            "dev = tvm.cpu(0)\nvm = relax.VirtualMachine(lib, dev)\n"
+            f"x = np.zeros({tuple(spec['shape'])}, \"{spec['dtype']}\")   # the input, NCHW\n"
+            "out = vm[\"main\"](tvm.runtime.tensor(x, dev))\n"
+            "print(out.numpy().shape)   # a model of several outputs returns a tuple of tensors\n```\n\n"
+            "The weights are inside the library. Over RPC: `remote.upload(path)`, `lib = remote.load_module(name)`, "
+            "then `relax.VirtualMachine(lib, remote.cpu())`.\n")
+
+    def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
+                  options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
+                  per_layer: bool = False) -> ModelTiming:
+        """Upload the model over TVM RPC, run every input through the Relax VM on the board, then time one
+        inference with ``time_evaluator`` (``options``: number, repeat, min_repeat_ms, timeout) in the same
+        session; ``per_layer`` also times each edgetune kernel alone on random inputs of its shapes."""
+        import uuid
+
+        import tvm
+        from tvm import relax
+
+        from toolkit.backends.tvm.rpc_runner import RPCRunner
+
+        model = manifest.model or {}
+        runner = RPCRunner(board, tracker=tracker, session_timeout=options.timeout_s * max(1, len(inputs)) + 60)
+        runner.on_wait = on_wait
+        tag = uuid.uuid4().hex[:12]
+        try:
+            with runner.session(options.timeout_s) as (sess, at):
+                at("upload")
+                sess.upload(str(folder / model["files"]["model"]), f"edgetune-model-{tag}.so")
+                at("load")
+                dev = sess.device(self.device, 0)
+                vm = relax.VirtualMachine(sess.load_module(f"edgetune-model-{tag}.so"), dev)
+                at("run")
+                outputs, args = [], None
+                for x in inputs:
+                    args = tvm.runtime.tensor(np.ascontiguousarray(x), dev)
+                    outputs.append(_flatten(vm["main"](args)))
+                at("timing")
+                timer = vm.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
+                                          min_repeat_ms=int(options.min_repeat_ms))
+                costs = [float(c) for c in timer(args).results]
+                kernels = self._time_kernels(sess, at, folder, model, dev, options, tag) if per_layer else {}
+        finally:
+            runner.close()
+        return ModelTiming(outputs, costs, kernels)
+
+    @staticmethod
+    def _time_kernels(sess: Any, at: Any, folder: Path, model: dict[str, Any], dev: Any, options: MeasureOptions,
+                      tag: str) -> dict[str, float]:
+        """Each edgetune kernel of the model timed alone (random inputs of its shapes), by function name."""
+        import tvm
+
+        from toolkit.workloads import parse_spec
+
+        if "kernels" not in model["files"]:
+            return {}
+        at("upload kernels")
+        sess.upload(str(folder / model["files"]["kernels"]), f"edgetune-kernels-{tag}.so")
+        lib = sess.load_module(f"edgetune-kernels-{tag}.so")
+        rng = np.random.default_rng(0)
+        out: dict[str, float] = {}
+        for conv in model["convs"]:
+            name = conv.get("kernel")
+            if not name or name in out:
+                continue
+            at(f"timing {name}")
+            wl = parse_spec(conv["workload"])
+            args = [tvm.runtime.tensor(rng.uniform(-1, 1, shape).astype("float32"), dev)
+                    for shape in ((wl.n, wl.ci, wl.h, wl.w), (wl.ci, wl.kh, wl.kw, wl.co))]
+            args.append(tvm.runtime.tensor(np.zeros((wl.n, wl.co, wl.oh, wl.ow), "float32"), dev))
+            timer = lib.time_evaluator(name, dev, number=options.number, repeat=options.repeat,
+                                       min_repeat_ms=int(options.min_repeat_ms))
+            out[name] = float(np.median(timer(*args).results))
+        return out
+
+
+def _flatten(value: Any) -> list[np.ndarray]:
+    """A VM result (a tensor, or a tuple of them) as a list of numpy arrays."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [a for v in value for a in _flatten(v)]

@@ -17,18 +17,19 @@ only if none returns is the item ``BOARD_LOST``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from toolkit.boards import Board
-from toolkit.errors import BoardError, last_line
+from toolkit.errors import BoardError, EdgetuneError, last_line
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.runner import MeasureOptions, Runner
@@ -312,37 +313,50 @@ class RPCRunner(Runner):
         out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
         return _Live(sess, dev, id(inputs), args, out, session_timeout)
 
+    @contextlib.contextmanager
+    def session(self, timeout_s: float = 120.0) -> Iterator[tuple[Any, Callable[[str], None]]]:
+        """One RPC session on the board, and a function that names the stage under way (its name is in the
+        :class:`BoardError` raised when a stage fails); fails fast when no board of the key ever registered."""
+        if not self._seen and self.key is not None:
+            from toolkit.rpc.tracker import require_server
+
+            require_server(self.host, self.port, self.key, self.board_name or self.key)
+            self._seen = True
+        stage = ["connect"]
+
+        def at(name: str) -> None:
+            stage[0] = name
+
+        try:
+            if self.key is not None and not self.board_present():
+                self._say_wait("it is not registered")
+            sess = self._connect(timeout_s)
+            yield sess, at
+        except EdgetuneError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions, failed loads
+            raise BoardError(f"{stage[0]} on {self.board_name or self.where} ({self.where}) failed: "
+                             f"{last_line(exc)}") from None
+
     def execute(self, artifact: Artifact, inputs: list[np.ndarray], output: np.ndarray, device: str, *,
                 repeat: int = 3, timeout_s: float = 120.0) -> tuple[np.ndarray, list[float]]:
         """Run one library on ``inputs`` in a new session: its output once, then ``repeat`` timed runs
         (exports run here); :class:`BoardError` naming the stage that failed."""
         import tvm
 
-        if not self._seen and self.key is not None:    # fail fast when no board with the key was ever registered
-            from toolkit.rpc.tracker import require_server
-
-            require_server(self.host, self.port, self.key, self.board_name or self.key)
-            self._seen = True
-        stage = "connect"
-        try:
-            if self.key is not None and not self.board_present():
-                self._say_wait("it is not registered")
-            sess = self._connect(timeout_s)
-            stage = "upload"
+        with self.session(timeout_s) as (sess, at):
+            at("upload")
             name = f"edgetune-export-{uuid.uuid4().hex[:12]}.so"
             _upload(sess, artifact, name)
-            stage = "load"
+            at("load")
             mod = sess.load_module(name)
             dev = sess.device(device, 0)
             args = [tvm.runtime.tensor(x, dev) for x in inputs]
             out = tvm.runtime.tensor(output, dev)
-            stage = "run"
+            at("run")
             mod["main"](*args, out)
             got = out.numpy()
             costs = [float(c) for c in mod.time_evaluator("main", dev, number=1, repeat=repeat)(*args, out).results]
-        except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions, failed loads
-            raise BoardError(f"{stage} on {self.board_name or self.where} ({self.where}) failed: "
-                             f"{last_line(exc)}") from None
         return got, costs
 
     @staticmethod

@@ -59,10 +59,13 @@ def with_vta_preset(board: Board, preset: str | None) -> Board:
     >>> with_vta_preset(resolve_board("vta-fsim"), "zcu102").name
     'vta-fsim-zcu102'
     """
+    return backend_for(board.profile).with_preset(board, preset)
+
+
+def _vta_preset(board: Board, preset: str | None) -> Board:
+    """:meth:`VTABackend.with_preset`: the simulator modelling ``preset``; an FPGA keeps its bitstream."""
     if preset is None or (board.profile.vta or {}).get("preset") == preset:
         return board
-    if not isinstance(backend_for(board.profile), VTABackend):
-        raise ConfigError(f"--vta-config applies to VTA boards; {board.name!r} is a {board.profile.family} board")
     if not board.profile.is_simulator:
         raise ConfigError(f"--vta-config simulates another VTA preset; {board.name!r} is an FPGA with its own "
                           f"bitstream: register a board of that type instead (edgetune board types)")
@@ -89,6 +92,9 @@ class VTABackend(Backend):
     readme_run_also = " or any board with the same VTA hardware config"
     template_options = tuple(VTA_TEMPLATE_OPTIONS)
     first_conv_on_cpu = True
+
+    def with_preset(self, board: Board, preset: str | None) -> Board:
+        return _vta_preset(board, preset)
 
     # -- tuning -------------------------------------------------------------------------------------
     def template(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Template:
@@ -235,8 +241,7 @@ class VTABackend(Backend):
         return [(n, kernel.signature[n]) for n in kernel.signature["inputs"]]
 
     def run_kernel(self, folder: Path, kernel: KernelEntry, board: Board, inputs: Sequence[np.ndarray],
-                   repeat: int, tracker: tuple[str, int] | str | None,
-                   on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
+                   repeat: int, runner: Runner) -> tuple[dict[str, np.ndarray], float]:
         """The simulator in-process for ``vta-fsim``, else the board agent's ``edgetune.vta.run``."""
         from toolkit.vta.errors import VTAError
         from toolkit.vta.program import Program
@@ -253,7 +258,7 @@ class VTABackend(Backend):
             except VTAError as exc:
                 raise ExportError(f"{kernel.label} failed in the simulator: {exc}") from None
             return {"out": np.asarray(res.outputs["out"]).reshape(shape)}, float(res.seconds)
-        return _run_on_agent(board, path.read_bytes(), named, shape, repeat, tracker, on_wait)
+        return _run_on_agent(board, path.read_bytes(), named, shape, repeat, runner)
 
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
         return check_output(got, expected, exact=True)
@@ -286,12 +291,8 @@ def _program_params(program: Any, wl: Conv2dWorkload) -> dict[str, Any]:
 
 
 def _run_on_agent(board: Board, program: bytes, named: dict[str, np.ndarray], shape: tuple, repeat: int,
-                  tracker: tuple[str, int] | str | None, on_wait: Any = None) -> tuple[dict[str, np.ndarray], float]:
-    """Run a program through the board agent's ``edgetune.vta.run``, as tuning does (:class:`VTARPCRunner`)."""
-    from toolkit.backends.vta.rpc_runner import VTARPCRunner
-
-    runner = VTARPCRunner(board, tracker)
-    runner.on_wait = on_wait
+                  runner: Any) -> tuple[dict[str, np.ndarray], float]:
+    """Run a program through the board agent's ``edgetune.vta.run`` with tuning's :class:`VTARPCRunner`."""
     try:
         out = runner.call_agent(program, named, max(1, repeat), 300.0)
     except TimeoutError as exc:

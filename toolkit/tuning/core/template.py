@@ -75,6 +75,11 @@ class Template(abc.ABC):
         """
         return None
 
+    def fallback_config(self) -> Config | None:
+        """The untuned config a whole-model export compiles a shape without a record with; ``None`` (the
+        default) where the template has none."""
+        return None
+
     def current_features(self, features: dict[str, float]) -> dict[str, float]:
         """Recorded compile features completed to what :meth:`build` reports today (features derived
         from recorded ones, added by a newer compiler); the default returns them unchanged."""

@@ -1,0 +1,218 @@
+"""Whole models on the ``local`` CPU: edgetune's export (untuned and tuned) beside torch, TVM's default Relax build
+and MetaSchedule at the same trial budget, at one thread and at every thread.
+
+    .venv/bin/python -m bench.bench_model [--models resnet18,mobilenet_v1] [--trials-per-task 32] [--write-docs]
+
+For each built-in model (seeded random weights, batch 1, 224x224):
+
+* **edgetune tuned**: ``tune --model`` on ``local`` with the default tuner, ``--trials-per-task`` trials per conv
+  shape in all (Ansor's gradient scheduler shares them), then ``export --model`` with that log;
+* **edgetune untuned**: ``export --model`` with no log (every plain conv gets the template's fallback config);
+* **TVM Relax default**: the same Relax module (weights bound, batch-norm folded) through ``tvm.compile``;
+* **MetaSchedule**: ``tune_relax`` of that module (every task, convs and the rest) with the same total number of
+  trials, then ``compile_relax``;
+* **torch eager**: the PyTorch model itself.
+
+Tuning and the builds run once (logs and libraries under ``bench/out/model/``, reused when present: delete them to
+tune again); the libraries are then timed in a fresh process per thread count (``TVM_NUM_THREADS``,
+``torch.set_num_threads``): the median of 5 timed runs of at least 200 ms each. Writes
+``bench/out/model/results.json`` and, with ``--write-docs``, the section "## Whole models on local" of
+``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out" / "model"
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Whole models on local (ResNet-18, MobileNet-v1)"
+SHAPE = (1, 3, 224, 224)
+VARIANTS = ("torch", "relax-default", "metaschedule", "edgetune-untuned", "edgetune-tuned")
+
+
+def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
+    """``tune --model`` on ``local`` (the default tuner); (log, wall seconds, trials, tuner), resumed when present."""
+    from toolkit.backends import backend_for, tasks_of
+    from toolkit.boards import resolve_board
+    from toolkit.tuning.network import tune_network
+    from toolkit.tuning.scheduler import make_scheduler
+    from toolkit.tuning.tuners.base import DEFAULT_TUNER
+    from toolkit.workloads.extract import load_network
+
+    board = resolve_board("local")
+    plan = backend_for(board.profile).plan_network(load_network(model, SHAPE))
+    budget = trials * len(plan.tasks)
+    log = OUT / f"{model}.jsonl"
+    started = time.perf_counter()
+    summary = tune_network(plan, tasks_of(plan, board), DEFAULT_TUNER, budget, log=log, resume=log.exists(),
+                           scheduler=make_scheduler("gradient", seed=0, trials_per_round=8))
+    wall = time.perf_counter() - started
+    return log, (summary.wall_s if summary.resumed < summary.trials else wall), budget, DEFAULT_TUNER
+
+
+def _metaschedule(model: str, budget: int) -> tuple[Path, float]:
+    """MetaSchedule's ``tune_relax`` of the whole model with ``budget`` trials; (library, wall seconds)."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from toolkit.backends.tvm.model import relax_module
+    from toolkit.boards import load_profile
+    from toolkit.workloads.extract import load_model
+
+    lib = OUT / f"{model}-metaschedule.so"
+    if lib.exists():
+        return lib, json.loads((OUT / f"{model}-metaschedule.json").read_text())["wall_s"]
+    target = load_profile("local").tvm_target()
+    mod = relax.transform.LegalizeOps()(relax_module(load_model(model, SHAPE).program))
+    started = time.perf_counter()
+    work = OUT / f"{model}-metaschedule-work"
+    database = ms.relax_integration.tune_relax(mod, {}, target, str(work), max_trials_global=budget,
+                                               num_trials_per_iter=16, seed=0)
+    executable = ms.relax_integration.compile_relax(database, mod, target, params=None)
+    wall = time.perf_counter() - started
+    executable.export_library(str(lib))
+    (OUT / f"{model}-metaschedule.json").write_text(json.dumps({"wall_s": wall, "trials": budget}))
+    return lib, wall
+
+
+def _default(model: str) -> Path:
+    """TVM's default Relax build of the model (weights bound, batch-norm folded)."""
+    import tvm
+
+    from toolkit.backends.tvm.model import relax_module
+    from toolkit.boards import load_profile
+    from toolkit.workloads.extract import load_model
+
+    lib = OUT / f"{model}-relax-default.so"
+    if not lib.exists():
+        target = load_profile("local").tvm_target()
+        tvm.compile(relax_module(load_model(model, SHAPE).program), target=target).export_library(str(lib))
+    return lib
+
+
+def _export(model: str, log: Path | None) -> Path:
+    from toolkit.export.model import export_model
+
+    out = OUT / f"{model}-{'tuned' if log else 'untuned'}"
+    if not (out / "manifest.json").exists():
+        export_model(model, out, "local", logs=[log] if log else [], input_shape=SHAPE, force=True)
+    return out / "model.so"
+
+
+def _measure(model: str, libraries: dict[str, str], threads: int) -> dict[str, float]:
+    """Milliseconds per inference of each library and of torch, in this process (``TVM_NUM_THREADS`` set by the
+    caller): the median of 5 runs of at least 200 ms."""
+    import numpy as np
+    import torch
+    import tvm
+    from tvm import relax
+
+    from toolkit.workloads.zoo import zoo_model
+
+    torch.set_num_threads(threads)
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    out: dict[str, float] = {}
+    net = zoo_model(model, 0)
+    with torch.no_grad():
+        xt = torch.from_numpy(x)
+        net(xt)
+        runs = []
+        for _ in range(5):
+            n, started = 0, time.perf_counter()
+            while time.perf_counter() - started < 0.2:
+                net(xt)
+                n += 1
+            runs.append((time.perf_counter() - started) / n)
+        out["torch"] = float(np.median(runs)) * 1e3
+        want = net(xt).numpy()
+    dev = tvm.cpu()
+    for name, path in libraries.items():
+        vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+        arg = tvm.runtime.tensor(x, dev)
+        got = vm["main"](arg).numpy()
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < 1e-3, f"{name} differs from torch: relative error {err}"
+        result = vm.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=200)(arg)
+        out[name] = float(np.median(result.results)) * 1e3
+    return out
+
+
+def _markdown(results: dict[str, Any], command: str) -> str:
+    env = results["environment"]
+    lines = [SECTION, "",
+             f"Machine: {env['machine']}; {env['date']}; edgetune {env['edgetune']}, TVM {env['tvm']}, torch "
+             f"{env['libraries'].get('torch')}. Command: `{command}`. Batch 1, 224x224, seeded random weights; "
+             "milliseconds per inference (median of 5 timed runs of at least 200 ms, each library timed in a fresh "
+             "process per thread count); every build's output checked against torch (relative error < 1e-3).", ""]
+    for model, r in results["models"].items():
+        lines += [f"**{model}**: edgetune tuned with `{r['tuner']}`, {r['budget']} trials ({r['trials_per_task']} per "
+                  f"conv shape, {r['tasks']} shapes) in {r['tune_wall_s'] / 60:.1f} min; MetaSchedule the same "
+                  f"{r['budget']} trials over every task of the model in {r['metaschedule_wall_s'] / 60:.1f} min.", "",
+                  "| threads | " + " | ".join(VARIANTS) + " | tuned vs torch | tuned vs MetaSchedule |",
+                  "|---" * (len(VARIANTS) + 3) + "|"]
+        for threads, ms_ in r["ms"].items():
+            cells = [f"{ms_[v]:.2f}" for v in VARIANTS]
+            lines.append(f"| {threads} | " + " | ".join(cells) +
+                         f" | {ms_['torch'] / ms_['edgetune-tuned']:.2f}x | "
+                         f"{ms_['metaschedule'] / ms_['edgetune-tuned']:.2f}x |")
+        lines.append("")
+    lines += ["Speed-ups above 1 mean edgetune's tuned export is faster. The tuned kernels were tuned at every thread "
+              "(the `local` board's RPC server); at one thread they run with the same configs.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,mobilenet_v1")
+    parser.add_argument("--trials-per-task", type=int, default=32)
+    parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)   # internal: MODEL:THREADS:JSON of libraries
+    args = parser.parse_args()
+    if args.measure:
+        model, threads, libs = args.measure.split(":", 2)
+        print(json.dumps(_measure(model, json.loads(libs), int(threads))))
+        return
+    from toolkit.bench import environment, write_doc_section
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    command = "python -m bench.bench_model " + " ".join(sys.argv[1:])
+    results: dict[str, Any] = {"environment": environment(command), "models": {}}
+    for model in args.models.split(","):
+        log, tune_wall, budget, tuner = _tune(model, args.trials_per_task)
+        print(f"{model}: tuned {budget} trials in {tune_wall:.0f} s", flush=True)
+        ms_lib, ms_wall = _metaschedule(model, budget)
+        print(f"{model}: MetaSchedule {budget} trials in {ms_wall:.0f} s", flush=True)
+        libs = {"relax-default": str(_default(model)), "metaschedule": str(ms_lib),
+                "edgetune-untuned": str(_export(model, None)), "edgetune-tuned": str(_export(model, log))}
+        per_threads = {}
+        for threads in args.threads.split(","):
+            env = {**os.environ, "TVM_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+            proc = subprocess.run([sys.executable, "-m", "bench.bench_model", "--measure",
+                                   f"{model}:{threads}:{json.dumps(libs)}"], env=env, cwd=ROOT, check=True,
+                                  capture_output=True, text=True)
+            per_threads[threads] = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"{model} @ {threads} threads: {per_threads[threads]}", flush=True)
+        from toolkit.workloads.extract import load_network
+
+        results["models"][model] = {"tuner": tuner, "budget": budget, "trials_per_task": args.trials_per_task,
+                                    "tasks": budget // args.trials_per_task, "tune_wall_s": tune_wall,
+                                    "metaschedule_wall_s": ms_wall, "ms": per_threads,
+                                    "convs": len(load_network(model).layers)}
+    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    if args.write_docs:
+        write_doc_section(DOC, SECTION, _markdown(results, command))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Whole-model exports: a PyTorch model compiled for a board, every conv it has a record for tuned.
+
+:func:`export_model` traces the model, picks the best valid record of each conv shape from the logs given
+(a network log, layer logs, or none), lets the board family's backend compile the whole model (the shapes
+without a record get the template's fallback config) and writes a package: the compiled model, a library
+of its conv kernels alone (for per-layer timing), the logs, ``manifest.json`` with a ``model`` section
+(inputs, outputs, the model's source and digests, what every conv got) and a README.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolkit.backends import backend_for
+from toolkit.boards import Board, BoardProfile, Inventory
+from toolkit.errors import ExportError
+from toolkit.export.manifest import MANIFEST, README, ExportManifest, sha256_file
+from toolkit.export.run import reference_outputs
+from toolkit.export.write import _log_board, _target_profile, _tuned_profile, record_config, staged
+from toolkit.tuning.journal import Record, best_per_workload, read_log
+from toolkit.workloads import Conv2dWorkload
+from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_model
+
+LOG_DIR = "logs"
+MODEL_KIND = "model"
+
+
+@dataclass
+class ConvChoice:
+    """What one conv of the model gets (graph order): its module path, workload, and the record or the
+    fallback config it is compiled with, or TVM's own lowering (``kernel`` ``None``, ``why`` says why)."""
+
+    module: str
+    workload: Conv2dWorkload | None
+    schedule: str
+    """``tuned`` (a record), ``fallback`` (the template's untuned config) or ``tvm`` (TVM's lowering)."""
+    why: str = ""
+    record: dict[str, Any] | None = None
+    template: Any = None
+    config: Any = None
+    kernel: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"module": self.module, "workload": self.workload.spec() if self.workload else None,
+                "schedule": self.schedule, "why": self.why, "kernel": self.kernel, "record": self.record}
+
+
+def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProfile, *,
+                 logs: Sequence[str | Path] = (), input_shape: tuple[int, int, int, int] = (1, 3, 224, 224),
+                 seed: int = 0, inventory: Inventory | None = None, force: bool = False,
+                 progress: Callable[[str], None] | None = None) -> ExportManifest:
+    """Compile ``model`` for ``board`` with the best record of each conv shape in ``logs`` into ``out_dir``.
+
+    ``model``: a built-in network (its weights drawn from ``seed``), a ``.pt2`` or TorchScript file,
+    ``module:factory`` or an ``nn.Module``; ``input_shape`` its input. ``out_dir`` must be new or empty
+    (``force`` replaces an earlier export). ``progress(what)`` is told what is being built.
+    """
+    name, profile = _target_profile(board, inventory)
+    backend = backend_for(profile)
+    backend.check_model_target(profile)
+    best, log_files = _best_records(logs, profile)
+    if progress is not None:
+        progress("tracing the model")
+    loaded = load_model(model, input_shape, seed=seed)
+    extraction = extract(loaded, input_shape)
+    choices, unused = plan_convs(extraction, backend, profile, best)
+    outputs = _outputs(loaded, input_shape)
+
+    def fill(stage: Path) -> ExportManifest:
+        files, kernels = backend.compile_model(loaded.program, profile,
+                                               [(c.module, c.template, c.config) for c in choices], stage,
+                                               progress=progress)
+        for c in choices:
+            c.kernel = kernels.get(c.module)
+        (stage / LOG_DIR).mkdir()
+        copied = []
+        for i, (log, _) in enumerate(log_files):
+            rel = f"{LOG_DIR}/{i}-{log.name}"
+            shutil.copyfile(log, stage / rel)
+            copied.append({"file": rel, "sha256": sha256_file(log), "source": str(log)})
+        section = {
+            "files": files, "source": {**loaded.source, "seed": seed if loaded.source["kind"] == "builtin" else None},
+            "inputs": [{"name": _input_name(loaded), "shape": list(input_shape), "dtype": "float32"}],
+            "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
+            "params": f"bound into {files['model']} as constants (conv weights already in the kernels' layout)",
+            "convs": [c.to_json() for c in choices], "unused_records": unused,
+            "skipped": [{"module": m, "why": why} for m, why in extraction.skipped]}
+        tuned_on = _tuned_on(log_files)
+        manifest = ExportManifest(
+            kind=backend.model_kind, board=name, board_type=profile.name, family=profile.family, arch=profile.arch,
+            target=json.loads(json.dumps(profile.target)), hardware=backend.hardware(profile),
+            bitstream=backend.bitstream(profile), log={"files": copied}, tuned_on=tuned_on, kernels=[],
+            model=section)
+        (stage / README).write_text(model_readme(manifest, backend))
+        manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*"))
+                          if p.is_file() and p.name != MANIFEST}
+        return manifest
+
+    return staged(Path(out_dir), force, fill)
+
+
+def _best_records(logs: Sequence[str | Path], profile: BoardProfile
+                  ) -> tuple[dict[str, tuple[Record, Path]], list[tuple[Path, Any]]]:
+    """The best valid record per workload over ``logs`` (each with its log), refusing a log of another family."""
+    backend = backend_for(profile)
+    best: dict[str, tuple[Record, Path]] = {}
+    files = []
+    for log in map(Path, logs):
+        header, records = read_log(log)
+        tuned_board, tuned_type, _ = _log_board(header.task)
+        tuned = _tuned_profile(tuned_type, header.task, log)
+        if backend_for(tuned) is not backend:
+            raise ExportError(f"{log} was tuned on a {tuned.family} board ({tuned_type}); a model for "
+                              f"{profile.name} ({profile.family}) takes logs of {profile.family} boards: drop it "
+                              "or tune the model on this board (`edgetune tune --model`)")
+        backend.check_export_target(profile, tuned, profile.name, log)
+        files.append((log, header))
+        for key, rec in best_per_workload(records).items():
+            if key not in best or rec.seconds < best[key][0].seconds:
+                best[key] = (rec, log)
+    return best, files
+
+
+def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
+               best: dict[str, tuple[Record, Path]]) -> tuple[list[ConvChoice], list[dict[str, Any]]]:
+    """What each conv of the model gets, and the tuned shapes the model does not have."""
+    from toolkit.tuning.journal import workload_key
+
+    choices = []
+    used: set[str] = set()
+    for node in extraction.convs:
+        layer = node.layer
+        if layer is None or layer.groups != 1 or layer.dilation != (1, 1):
+            why = node.reason or (f"{layer.groups} groups" if layer and layer.groups != 1 else "dilated")
+            choices.append(ConvChoice(node.module, layer.workload if layer else None, "tvm",
+                                      f"{why}: TVM's default lowering"))
+            continue
+        wl = layer.workload
+        key = workload_key(wl.to_dict())
+        template = backend.template(wl, profile)
+        if key in best:
+            rec, log = best[key]
+            if rec.template and rec.template.get("template") not in (None, template.name):
+                raise ExportError(f"{log}: the record of {wl.spec()} is of template {rec.template.get('template')}, "
+                                  f"the board's is {template.name}; tune the model on this board")
+            config = record_config(template, rec, log)
+            used.add(key)
+            choices.append(ConvChoice(node.module, wl, "tuned", f"trial {rec.trial} of {log.name}",
+                                      {"log": log.name, "trial": rec.trial, "index": config.index,
+                                       "config": config.values, "latency_s": rec.seconds, "tuner": rec.tuner},
+                                      template, config))
+        else:
+            config = template.fallback_config()
+            if config is None:
+                raise ExportError(f"{wl.spec()} has no record and the {template.name} template no fallback config; "
+                                  "tune the model first (`edgetune tune --model`)")
+            choices.append(ConvChoice(node.module, wl, "fallback", "no record: untuned config",
+                                      None, template, config))
+    if best and not used:
+        shapes = ", ".join(Conv2dWorkload.from_dict(r.workload).spec() for r, _ in list(best.values())[:3])
+        raise ExportError(f"none of the logs' tuned shapes ({shapes}{' ...' if len(best) > 3 else ''}) is a conv "
+                          "of this model; give the logs of this model (`edgetune tune --model` writes one)")
+    unused = [{"workload": Conv2dWorkload.from_dict(r.workload).spec(), "log": log.name}
+              for key, (r, log) in best.items() if key not in used]
+    return choices, unused
+
+
+def _outputs(loaded: LoadedModel, input_shape: tuple[int, ...]) -> list[np.ndarray]:
+    """The model's outputs on zeros (their shapes and dtypes), computed by PyTorch."""
+    return reference_outputs(loaded, np.zeros(input_shape, dtype=np.float32))
+
+
+def _input_name(loaded: LoadedModel) -> str:
+    inputs = loaded.program.graph_signature.user_inputs
+    if len(inputs) != 1:
+        raise ExportError(f"model {loaded.label} takes {len(inputs)} inputs; whole-model exports take models of "
+                          "one input tensor")
+    return str(inputs[0])
+
+
+def _tuned_on(log_files: list[tuple[Path, Any]]) -> dict[str, Any]:
+    """The boards the logs were tuned on (the first one's target)."""
+    if not log_files:
+        return {"board": None, "board_type": None, "target": None}
+    boards = [_log_board(header.task) for _, header in log_files]
+    return {"board": ", ".join(dict.fromkeys(b for b, _, _ in boards)),
+            "board_type": ", ".join(dict.fromkeys(t for _, t, _ in boards)), "target": boards[0][2]}
+
+
+def model_readme(m: ExportManifest, backend: Any) -> str:
+    """The README of a whole-model export: what each conv got and how to load the model."""
+    model = m.model or {}
+    rows = "\n".join(f"| {c['module']} | {c['workload'] or '-'} | {c['schedule']} | {c['why']} |"
+                     for c in model.get("convs", []))
+    source = model.get("source", {})
+    return (f"# edgetune export: model {source.get('model')} for {m.board} ({m.board_type}, {m.arch})\n\n"
+            f"edgetune {m.edgetune}, TVM {m.tvm}. `manifest.json` lists every file with its sha256; `{LOG_DIR}/` "
+            "holds the tuning logs the kernels came from.\n\n"
+            f"| conv | workload | schedule | from |\n|---|---|---|---|\n{rows}\n\n"
+            f"Run and check it: `edgetune run FOLDER --board BOARD --input x.npy --check`.\n\n"
+            + backend.model_readme_usage(m))
