@@ -61,10 +61,10 @@ def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
 
 def _metaschedule(model: str, budget: int) -> tuple[Path, float]:
     """MetaSchedule's ``tune_relax`` of the whole model with ``budget`` trials; (library, wall seconds)."""
-    import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from toolkit.backends.tvm.metaschedule import ms_target
     from toolkit.backends.tvm.model import relax_module
     from toolkit.boards import load_profile
     from toolkit.workloads.extract import load_model
@@ -72,7 +72,7 @@ def _metaschedule(model: str, budget: int) -> tuple[Path, float]:
     lib = OUT / f"{model}-metaschedule.so"
     if lib.exists():
         return lib, json.loads((OUT / f"{model}-metaschedule.json").read_text())["wall_s"]
-    target = load_profile("local").tvm_target()
+    target = ms_target(load_profile("local"))
     mod = relax.transform.LegalizeOps()(relax_module(load_model(model, SHAPE).program))
     started = time.perf_counter()
     work = OUT / f"{model}-metaschedule-work"

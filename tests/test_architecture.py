@@ -163,6 +163,22 @@ def test_the_tuning_core_and_its_tuners_import_no_tvm():
     assert offenders == []
 
 
+VTA_PACKAGES = ("toolkit.vta", "toolkit.backends.vta")
+VTA_IMPORTERS = ("toolkit.vta", "toolkit.backends.vta", "toolkit.rpc.agent", "toolkit.rpc.driver", "toolkit.bitstreams",
+                 "toolkit.cli.vta")
+"""The VTA compiler and backend, and the only modules outside them that may import them: the board agent and the
+register-level driver (they run VTA programs on the board), the bitstream catalog, the ``edgetune vta`` commands."""
+
+
+def test_only_the_vta_family_imports_the_vta_packages():
+    def inside(module: str, packages: tuple[str, ...]) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in packages)
+
+    bad = sorted(f"{mod} -> {name}" for mod, names in _graph().items() if not inside(mod, VTA_IMPORTERS)
+                 for name in names if inside(name, VTA_PACKAGES))
+    assert bad == []
+
+
 FAMILY_BRANCH = re.compile(r"family\s*[!=]=|template\.name\s*[!=]=")
 
 

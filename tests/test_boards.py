@@ -131,3 +131,21 @@ def test_the_ground_truth_is_in_the_repository(tmp_path, monkeypatch):
     monkeypatch.setattr(shared_data, "DATA_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="tests/data"):
         shared_data.shared_data_dir()
+
+
+def test_board_remove_forgets_the_boards_provisioning_state(tmp_path):
+    from typer.testing import CliRunner
+
+    from toolkit.cli.app import app
+    from toolkit.rpc.provision import board_state
+    from toolkit.rpc.state import write_state
+
+    inv = tmp_path / "inv.toml"
+    cli = CliRunner()
+    r = cli.invoke(app, ["board", "add", "pi", "--type", "rpi4", "--host", "192.0.2.10", "--inventory", str(inv)])
+    assert r.exit_code == 0, r.output
+    write_state("boards/pi", {"tracker": "127.0.0.1:9190", "port": 9091})
+    write_state("boards/other", {"tracker": "127.0.0.1:9190", "port": 9092})
+    r = cli.invoke(app, ["board", "remove", "pi", "--inventory", str(inv)])
+    assert r.exit_code == 0, r.output
+    assert board_state("pi") is None and board_state("other") is not None

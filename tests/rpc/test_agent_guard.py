@@ -1,5 +1,5 @@
 """The board agent on this machine (a real process behind a real tracker): an idle TCP connection to its
-port does not stop it from serving other clients."""
+port, a slow handshake or a malformed one does not stop it from serving other clients."""
 
 from __future__ import annotations
 
@@ -7,17 +7,46 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from toolkit.rpc.agent import handshake_problem
 from toolkit.rpc.provision import call_health
 from toolkit.rpc.tracker import require_server, start_tracker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+MAGIC = struct.pack("<i", 0xFF271)
+HOSTILE = {
+    "key length -1": MAGIC + struct.pack("<i", -1),
+    "key length 0": MAGIC + struct.pack("<i", 0),
+    "key not UTF-8": MAGIC + struct.pack("<i", 4) + b"\xff\xfe\xfd\xfc",
+    "blank key": MAGIC + struct.pack("<i", 3) + b"   ",
+    "bad timeout": MAGIC + struct.pack("<i", 22) + b"client:x -timeout=abcd",
+    "key length 2^31-1, then silence": MAGIC + struct.pack("<i", 2**31 - 1),
+    "one byte, then silence": b"\x71",
+    "half a key, then silence": MAGIC + struct.pack("<i", 40) + b"client:",
+}
+
+
+@given(st.binary(max_size=64))
+def test_handshake_problem_never_raises(frame):
+    assert handshake_problem(frame) is None or isinstance(handshake_problem(frame), str)
+
+
+def test_handshake_problem_names_each_hostile_frame():
+    for name, frame in HOSTILE.items():
+        assert handshake_problem(frame) is not None, name
+    good = MAGIC + struct.pack("<i", 24) + b"client:abc -timeout=10.5"
+    assert handshake_problem(good) is None and handshake_problem(b"GET / HTTP/1.1") is None
 
 
 @pytest.mark.timeout(180)
@@ -38,6 +67,12 @@ def test_an_idle_connection_does_not_block_the_agent(tmp_path):
             assert call_health((host, port), "guard", "g", timeout=60)["name"] == "g"
         finally:
             idle.close()
+        for name, frame in HOSTILE.items():             # each frame alone, then a real client
+            with socket.create_connection(("127.0.0.1", agent_port)) as hostile:
+                hostile.sendall(frame)
+                time.sleep(0.1)
+                assert call_health((host, port), "guard", "g", timeout=60)["name"] == "g", name
+            assert agent.poll() is None, f"the agent died on a handshake with {name}"
     finally:
         os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()

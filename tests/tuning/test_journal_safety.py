@@ -160,3 +160,24 @@ def test_a_tuner_on_a_space_where_nothing_builds_ends_as_exhausted(tmp_path):
     task = make_task(parse_workload(SMALL), resolve_board("vta-fsim"))
     s = tune(task, make_tuner("ml2tuner", seed=0, sa_chains=16, sa_steps=50), 64, builder=NothingBuilds())
     assert s.stopped == "exhausted" and s.valid == 0
+
+
+def test_a_log_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    (tmp_path / "log.jsonl").symlink_to(victim)
+    (tmp_path / "dangling.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    for name in ("log.jsonl", "dangling.jsonl"):
+        with pytest.raises(LogError, match="symbolic link"):
+            Journal(tmp_path / name, LogHeader({"workload": {}})).open()
+    assert victim.read_text() == "someone else's file\n" and not (tmp_path / "nowhere.jsonl").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_log_owned_by_another_user_is_refused(tmp_path):
+    planted = tmp_path / "planted.jsonl"
+    planted.write_text("")
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(LogError, match="belongs to another user"):
+        Journal(planted, LogHeader({"workload": {}})).open()
+    assert planted.read_text() == ""

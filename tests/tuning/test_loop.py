@@ -157,6 +157,26 @@ def test_parallel_builder_matches_in_process_and_handles_timeouts_and_crashes():
             assert got.error == ref.error
 
 
+def test_a_pool_killed_while_a_worker_sends_its_result_is_dropped_without_waiting():
+    """The state a worker killed mid-send leaves: part of a message in the pool's result pipe. Killing the pool
+    must not wait for the rest of it (it never comes: this process holds the pipe's write end too)."""
+    import struct
+    import threading
+
+    wl = parse_workload(SMALL)
+    builder = LocalBuilder(n_parallel=1, timeout_s=30)
+    tmpl = template_for(wl, SIM.profile)
+    builder.build(tmpl, [tmpl.space().get(0)])                      # the pool and its reader thread run
+    writer = builder._pool._result_queue._writer                     # noqa: SLF001 - the pipe the workers write
+    os.write(writer.fileno(), struct.pack("!i", 1 << 20) + b"partial")   # a 1 MiB message cut after 7 bytes
+    done = threading.Event()
+    threading.Thread(target=lambda: (builder.close(), done.set()), daemon=True).start()
+    assert done.wait(60), "killing the pool waited for a result that never comes"
+    [again] = builder.build(tmpl, [tmpl.space().get(0)])            # a new pool builds
+    builder.close()
+    assert not isinstance(again, MeasureResult)
+
+
 def test_runner_dispatch_names_missing_runners():
     assert isinstance(make_runner(SIM), SimRunner)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json as _json
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,9 +38,14 @@ def _write(result: BenchResult, json_out: Path, plot: Path | None, markdown: Pat
            title: str | None) -> None:
     """Write the JSON (and the plot and markdown tables when asked)."""
     json_out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = json_out.with_name(json_out.name + ".tmp")
-    tmp.write_text(_json.dumps(result.to_json(), indent=1))
-    os.replace(tmp, json_out)   # atomic: an interrupted bench keeps its last complete JSON
+    fd, tmp = tempfile.mkstemp(prefix=f".{json_out.name}.", dir=json_out.parent)   # never a planted path
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(_json.dumps(result.to_json(), indent=1))
+        os.replace(tmp, json_out)   # atomic: an interrupted bench keeps its last complete JSON
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     if plot is not None or markdown is not None:
         from toolkit.report import bench_markdown, plot_bench
 

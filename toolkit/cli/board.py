@@ -88,9 +88,16 @@ def show(name: Annotated[str, typer.Argument(help="Board name.")], inventory: In
 
 @board_app.command("remove")
 def remove(name: Annotated[str, typer.Argument(help="Board name.")], inventory: InventoryOpt = None) -> None:
-    """Remove a board from the inventory."""
+    """Remove a board from the inventory, with what edgetune keeps of its provisioning (stop it first)."""
+    from toolkit.rpc.provision import forget
+    from toolkit.rpc.tunnel import running_keeper
+
+    if running_keeper(name) is not None:
+        raise BoardError(f"board {name} still has its SSH tunnels open; run `edgetune board stop {name}` first, then "
+                         "remove it")
     inv = Inventory(inventory)
     inv.remove(name)
+    forget(name)
     console.info(f"removed board {name} from {inv.path}")
 
 

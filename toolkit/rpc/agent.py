@@ -30,6 +30,7 @@ import os
 import platform
 import signal
 import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -106,29 +107,86 @@ def register_functions() -> None:
 
 
 HANDSHAKE_S = 2.0
-"""How long a new connection may stay silent before the agent drops it (TVM's loop would wait for it)."""
+"""How long a new connection may take to send its whole handshake before the agent drops it (TVM's loop would
+wait for it)."""
+MAX_KEY_BYTES = 4096
+"""The longest handshake key the agent reads (TVM's keys are tens of bytes)."""
+RPC_MAGIC = 0xFF271
+"""TVM RPC's magic number, the first four bytes of a client's handshake."""
+
+
+def handshake_problem(frame: bytes) -> str | None:
+    """What is wrong with the start ``frame`` of a handshake (``None``: complete and well formed, or not RPC at all,
+    which TVM's loop closes itself; ``"incomplete"``: more bytes are needed)."""
+    if len(frame) < 4:
+        return "incomplete"
+    if struct.unpack("<i", frame[:4])[0] != RPC_MAGIC:
+        return None
+    if len(frame) < 8:
+        return "incomplete"
+    keylen = struct.unpack("<i", frame[4:8])[0]
+    if not 0 < keylen <= MAX_KEY_BYTES:
+        return f"a key length of {keylen}"
+    if len(frame) < 8 + keylen:
+        return "incomplete"
+    try:
+        words = frame[8:8 + keylen].decode("utf-8").split()
+    except UnicodeDecodeError:
+        return "a key that is not UTF-8"
+    if not words:
+        return "an empty key"
+    for word in words[1:]:
+        if word.startswith("-timeout="):
+            try:
+                float(word[9:])
+            except ValueError:
+                return f"a bad option {word[:40]!r}"
+    return None
 
 
 class _HandshakeGuard:
-    """The listening socket as TVM's server loop sees it, except that ``accept`` drops a connection that
-    sends nothing within :data:`HANDSHAKE_S`: one idle TCP connection cannot block every other client."""
+    """The listening socket as TVM's server loop sees it, except that ``accept`` hands it only connections whose
+    whole handshake arrived within :data:`HANDSHAKE_S` and is well formed (peeked, not consumed): an idle or slow
+    connection cannot block every other client, and a malformed key cannot raise out of the loop."""
 
     def __init__(self, sock: socket.socket, timeout: float = HANDSHAKE_S) -> None:
         self._sock, self._timeout = sock, timeout
 
     def accept(self) -> tuple[socket.socket, Any]:
-        import select
-
         conn, addr = self._sock.accept()
-        ready, _, _ = select.select([conn], [], [], self._timeout)
-        if ready:
+        problem = self._wait_for_handshake(conn)
+        if problem is None:
             return conn, addr
-        log.warning("dropped a connection from %s that sent nothing in %.0f s", addr, self._timeout)
+        log.warning("dropped a connection from %s: %s", addr, problem)
         conn.close()
         stand_in, other = socket.socketpair()   # four bytes that are not RPC's magic: TVM's loop closes it
         other.sendall(b"\0\0\0\0")            # and goes on serving (and pinging the tracker)
         other.close()
         return stand_in, addr
+
+    def _wait_for_handshake(self, conn: socket.socket) -> str | None:
+        """``None`` once the connection's handshake is complete and well formed (or it is no RPC client), else why
+        it is dropped."""
+        import select
+
+        deadline = time.monotonic() + self._timeout
+        seen = -1
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([conn], [], [], left)[0]:
+                return f"no complete handshake in {self._timeout:.0f} s"
+            try:
+                frame = conn.recv(8 + MAX_KEY_BYTES, socket.MSG_PEEK)
+            except OSError as exc:
+                return f"a failed read ({exc})"
+            if not frame:
+                return "closed before its handshake"
+            problem = handshake_problem(frame)
+            if problem != "incomplete":
+                return None if problem is None else f"a handshake with {problem}"
+            if len(frame) == seen:        # nothing new yet: wait a little rather than peek in a busy loop
+                time.sleep(0.02)
+            seen = len(frame)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
@@ -177,6 +235,8 @@ def serve(args: argparse.Namespace) -> None:
         except (RuntimeError, OSError, AssertionError) as exc:  # tracker (or its tunnel) gone: keep retrying
             log.warning("tracker %s unreachable (%s); retrying in 2 s", args.tracker, exc)
             time.sleep(2)
+        except Exception as exc:  # noqa: BLE001 - anything else one client caused: drop it, keep serving
+            log.warning("a client's connection failed (%s: %s); serving on", type(exc).__name__, exc)
 
 
 def _parser() -> argparse.ArgumentParser:

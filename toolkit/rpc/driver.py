@@ -52,15 +52,6 @@ class MMIO(Protocol):
     def write(self, offset: int, value: int) -> None: ...
 
 
-class Buffer(Protocol):
-    """A physically contiguous DMA buffer: a uint8 numpy array with ``physical_address``."""
-
-    physical_address: int
-
-    def flush(self) -> None: ...
-    def invalidate(self) -> None: ...
-
-
 class Device(abc.ABC):
     """What the driver needs from a board: register windows, DMA buffers, a clock, bitstream loading."""
 

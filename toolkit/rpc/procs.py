@@ -9,6 +9,13 @@ from typing import Any
 import psutil
 
 
+SAFE_PATH = ("-P",)
+"""Python's flag that keeps the working folder off a child's ``sys.path``: a ``tvm.py`` or ``toolkit.py`` in the
+folder a command runs in is never imported by the processes edgetune starts."""
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
+"""The same for the processes those start (TVM's RPC workers), through the environment they inherit."""
+
+
 def identity(pid: int | None = None) -> dict[str, Any]:
     """``{"pid", "create_time"}`` of ``pid`` (default: this process), for a state file."""
     pid = os.getpid() if pid is None else pid

@@ -200,10 +200,6 @@ class SSHSession:
                              f"{getattr(exc, 'strerror', None) or exc}; check the board's disk and permissions") \
                 from None
 
-    def put_file(self, local: Path, remote_path: str) -> None:
-        """Upload a local file, keeping its permission bits."""
-        self.put_bytes(local.read_bytes(), remote_path, stat.S_IMODE(local.stat().st_mode))
-
     def home(self) -> str:
         """The login user's home directory on the board."""
         sftp = self.sftp

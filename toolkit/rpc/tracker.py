@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import psutil
 
 from toolkit.errors import BoardError
+from toolkit.rpc.procs import SAFE_PATH, SAFE_PATH_ENV
 
 LOOPBACK = "127.0.0.1"
 _BIND = re.compile(r"bind to \S+?:(\d+)")
@@ -82,9 +83,9 @@ class _Process:
         self.argv = list(argv)
         fd, self.log_path = tempfile.mkstemp(prefix=f"edgetune-{self.kind}-", suffix=".log")
         self._log = os.fdopen(fd, "w")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **SAFE_PATH_ENV)   # its own children (TVM's workers) too
         # with die_with_parent a guard (the group leader) kills the whole group when this process dies
-        guard = [sys.executable, "-m", "toolkit.rpc.guard", str(os.getpid())] if die_with_parent else []
+        guard = [sys.executable, *SAFE_PATH, "-m", "toolkit.rpc.guard", str(os.getpid())] if die_with_parent else []
         self.proc = subprocess.Popen([*guard, *self.argv], stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         self.port: int | None = None
@@ -219,7 +220,7 @@ def start_tracker(host: str = LOOPBACK, port: int = 0, port_end: int | None = No
     (leave it off for a detached tracker that must outlive its starter).
     """
     lo, hi = _port_range(host, port, port_end)
-    tracker = TrackerProcess([python, "-m", "tvm.exec.rpc_tracker", "--host", host,
+    tracker = TrackerProcess([python, *SAFE_PATH, "-m", "tvm.exec.rpc_tracker", "--host", host,
                               "--port", str(lo), "--port-end", str(hi)], host, die_with_parent)
     return tracker.wait_ready(wait) if wait else tracker
 
@@ -236,7 +237,7 @@ def start_server(tracker: tuple[str, int] | None, key: str | None = None, host: 
     if tracker is not None and not key:
         raise BoardError("an RPC server registered with a tracker needs a key")
     lo, hi = _port_range(host, port, port_end)
-    argv = [python, "-m", module, "--host", host, "--port", str(lo), "--port-end", str(hi)]
+    argv = [python, *SAFE_PATH, "-m", module, "--host", host, "--port", str(lo), "--port-end", str(hi)]
     if tracker is not None:
         argv += ["--tracker", f"{tracker[0]}:{tracker[1]}", "--key", str(key)]
     server = ServerProcess([*argv, *extra_args], host, tracker, key, die_with_parent)

@@ -28,7 +28,7 @@ from typing import Callable
 
 import paramiko
 
-from toolkit.rpc.procs import identity, is_running
+from toolkit.rpc.procs import SAFE_PATH, SAFE_PATH_ENV, identity, is_running
 from toolkit.boards import BoardEntry, Inventory
 from toolkit.errors import BoardError, EdgetuneError
 from toolkit.rpc.ssh import SSHSession, connect_board
@@ -223,7 +223,7 @@ def start_keeper(name: str, tracker: tuple[str, int], agent_state: str, *, inven
     if state and tuple(state["tracker"]) == tuple(tracker):
         return state
     stop_keeper(name)
-    argv = [sys.executable, "-m", "toolkit.rpc.tunnel", name, "--tracker", f"{tracker[0]}:{tracker[1]}",
+    argv = [sys.executable, *SAFE_PATH, "-m", "toolkit.rpc.tunnel", name, "--tracker", f"{tracker[0]}:{tracker[1]}",
             "--agent-state", agent_state]
     if inventory:
         argv += ["--inventory", str(inventory)]
@@ -233,7 +233,7 @@ def start_keeper(name: str, tracker: tuple[str, int], agent_state: str, *, inven
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, **SAFE_PATH_ENV})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = read_state(f"tunnels/{name}")

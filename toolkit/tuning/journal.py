@@ -25,6 +25,7 @@ types, a cost that is not a positive finite number), or a bad header, is a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
@@ -345,13 +346,19 @@ class Journal:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o644)
             except FileExistsError:
-                fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LogError(f"tuning log {self.path} is a symbolic link; edgetune writes logs only to plain files: "
+                               "give the file it points to, or another --log") from None
             raise LogError(f"cannot open tuning log {self.path}: {exc.strerror or exc}; choose another --log") \
                 from None
         try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                raise LogError(f"tuning log {self.path} belongs to another user; edgetune appends only to its own "
+                               "files: choose another --log")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -123,3 +123,24 @@ def _spec_dict(spec):
     from toolkit.workloads import parse_workload
 
     return parse_workload(spec).to_dict()
+
+
+def test_cli_network_tune_refuses_what_it_cannot_honour_and_uses_the_measurement_options(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from toolkit.cli.app import app
+
+    cli = CliRunner()
+    base = ["tune", "--model", f"{tiny}:make", "--input-shape", "1,3,32,32", "-t", "random", "-n", "2"]
+    for flag, value in (("--early-stopping", "1"), ("--time-budget", "5"), ("--more", "2")):
+        args = [a for a in base if a not in ("-n", "2")] if flag == "--more" else base
+        r = cli.invoke(app, [*args, flag, value, "--log", str(tmp_path / "x.jsonl")])
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and flag in lines[0] and "one workload" in lines[0], r.output
+    r = cli.invoke(app, [*base, "-b", "local", "--tracker", "127.0.0.1:1", "--log", str(tmp_path / "t.jsonl")])
+    assert r.exit_code == 2 and "127.0.0.1:1" in r.output, r.output      # the tracker asked for is the one used
+    log = tmp_path / "local.jsonl"
+    r = cli.invoke(app, [*base, "-b", "local", "--repeat", "2", "--number", "2", "--log", str(log)])
+    assert r.exit_code == 0, r.output
+    valid = [rec for rec in read_log(log)[1] if rec.valid]
+    assert valid and all(len(rec.costs) == 2 for rec in valid)        # --repeat 2: two measurements each

@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import concurrent.futures as cf
 import multiprocessing
+import os
 import time
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.space import Config
@@ -110,6 +112,25 @@ class Builder(abc.ABC):
         """Release workers; the default has none."""
 
 
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """``PYTHONSAFEPATH=1`` while worker processes start (``python -c`` would put the working folder first on
+    their ``sys.path``: a ``toolkit.py`` or ``tvm.py`` there would be imported instead of the packages)."""
+    old = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = old
+
+
+KILL_JOIN_S = 10.0
+"""How long a killed pool's workers and reader thread are waited for before the builder goes on without them."""
+
+
 class LocalBuilder(Builder):
     """Builds configs on this machine.
 
@@ -136,17 +157,32 @@ class LocalBuilder(Builder):
             if self.mp_context == "forkserver":
                 ctx.set_forkserver_preload(list(self.preload))   # used when this process starts its forkserver
             self._pool = cf.ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=ctx)
-            cf.wait([self._pool.submit(_warm_up, self.preload) for _ in range(self.n_parallel)], timeout=WARM_UP_S)
+            with _safe_path():   # the forkserver and workers start here: the working folder stays off sys.path
+                cf.wait([self._pool.submit(_warm_up, self.preload) for _ in range(self.n_parallel)],
+                        timeout=WARM_UP_S)
         return self._pool
 
     def _kill_pool(self) -> None:
+        """Kill the workers and drop the pool without waiting on it: a worker killed while sending its result
+        leaves the pool's result pipe holding part of a message, which its reader thread would wait for forever
+        (this process holds the pipe's write end too); closing that end lets the reader see the end of the pipe."""
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        for proc in list(getattr(pool, "_processes", {}).values()):   # workers this builder started
+        procs = list(getattr(pool, "_processes", {}).values())   # workers this builder started
+        for proc in procs:
             if proc.is_alive():
                 proc.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
+        for proc in procs:
+            proc.join(timeout=KILL_JOIN_S)
+        writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
+        pool.shutdown(wait=False, cancel_futures=True)
+        thread = getattr(pool, "_executor_manager_thread", None)
+        if thread is not None:
+            thread.join(timeout=KILL_JOIN_S)
 
     def build(self, template: Template, configs: Sequence[Config]) -> list[BuildOutcome]:
         """One outcome per config, in order."""

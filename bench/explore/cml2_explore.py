@@ -8,8 +8,8 @@ and ``chameleon-ml2`` (defaults) on the same runs:
   than ``xgb``; the headline's figure);
 - ``reach``: mean of trials to reach xgb's best (<=) / budget (the ML2Tuner section's figure, target 12 %)::
 
-    nice -n 10 .venv/bin/python -m bench.cml2_explore zcu102 '{"loss": "rank", "rl_elite": 0.5}' --seeds 2
-    nice -n 10 .venv/bin/python -m bench.cml2_explore pynq '{"plan_size": 8}' --tuner ml2tuner --seeds 5
+    nice -n 10 .venv/bin/python -m bench.explore.cml2_explore zcu102 '{"loss": "rank", "rl_elite": 0.5}' --seeds 2
+    nice -n 10 .venv/bin/python -m bench.explore.cml2_explore pynq '{"plan_size": 8}' --tuner ml2tuner --seeds 5
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.boards import resolve_board, with_vta_preset
+from toolkit.backends import board_for
 from toolkit.bench import BenchResult, expand_workloads, geomean, run_bench, trials_to_match
 
 from bench.headline import CACHES, OUT, SETTINGS
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", default=",".join(SETTINGS["pynq"]["layers"]))
     ap.add_argument("--out", type=Path, help="also save the replayed runs (edgetune bench JSON)")
     args = ap.parse_args(argv)
-    board = with_vta_preset(resolve_board("vta-fsim"), "zcu102" if args.setting == "zcu102" else None)
+    board = board_for("vta-fsim", preset="zcu102" if args.setting == "zcu102" else None)
     wls = expand_workloads([f"resnet18.{x}" for x in args.layers.split(",")])
     res = run_bench(board, wls, ["xgb", args.tuner], SETTINGS[args.setting]["trials"], args.seeds,
                     template_options={"tvm_compat": True} if args.setting == "zcu102" else {}, cache_dirs=CACHES,

@@ -13,10 +13,10 @@ seed ``seed + draw``, its initial configs and model seeds included, while the ta
 ``xgb`` run: a new sample of the loop's own luck) and ``features`` (``knob``, or ``compile``: knob + the
 recorded compile features, as the tuners' ``features=compile``).
 
-    nice -n 10 .venv/bin/python -m bench.chameleon_explore replay --layers C2,C4,C5,C6,C8,C10 \\
+    nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore replay --layers C2,C4,C5,C6,C8,C10 \\
         --budget 160 chameleon+ "chameleon+:rl_elite=0"
-    nice -n 10 .venv/bin/python -m bench.chameleon_explore ceiling --seeds 5 '{"loss": "rank"}' '{"loss": "reg"}'
-    nice -n 10 .venv/bin/python -m bench.chameleon_explore ceiling --seeds 5 --budget 400 \
+    nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore ceiling --seeds 5 '{"loss": "rank"}' '{"loss": "reg"}'
+    nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore ceiling --seeds 5 --budget 400 \
         '{"batch": 1, "draw": 100}' '{"batch": 1, "features": "compile"}'
 """
 

@@ -1,7 +1,7 @@
 """How the transfer tuners' options were chosen: on the development set, each layer tuned with a transfer model
 fitted on the other nine (leave one layer out), so no figure comes from a model that saw the layer.
 
-    .venv/bin/python -m bench.transfer_explore --layers C2,C4,C6,C8,C10 --seeds 3 --pools 256,1024
+    .venv/bin/python -m bench.explore.transfer_explore --layers C2,C4,C6,C8,C10 --seeds 3 --pools 256,1024
 
 Prints, per (tuner, prior_pool): trials to the exact optimum (geomean, budget if never), runs at the optimum,
 mean regret at trial 10, and the same for a cold start.
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from toolkit.backends import make_task
-from toolkit.backends.vta.backend import with_vta_preset
+from toolkit.backends import board_for, make_task
 from toolkit.backends.vta.pretrained import SETTINGS
-from toolkit.boards import resolve_board
 from bench.pretrain import CACHE_DIRS, development_records
 from toolkit.bench import CompileReplayBuilder, find_cache, geomean
 from toolkit.tuning.metrics import regret_at, trials_to_optimum
@@ -34,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--trials", type=int, default=100)
     args = ap.parse_args(argv)
-    board = with_vta_preset(resolve_board("vta-fsim"), args.preset)
+    board = board_for("vta-fsim", preset=args.preset)
     dev = development_set()
     records = development_records(args.preset)
     rows: dict[tuple[str, str], list[tuple[int, bool, float]]] = {}

@@ -1,0 +1,1 @@
+"""Exploratory scripts: the runs behind the choices docs/tuners.md reports (each prints its figures)."""
