@@ -187,14 +187,7 @@ def tune(
         console.warn(f"{log_path} already holds {held} trials and --trials {trials} counts them: nothing was tuned; "
                      f"pass --more N to tune N more")
     if json:
-        console.print_json({
-            "workload": summary.workload, "board": summary.board, "tuner": summary.tuner,
-            "best_config": summary.best_config, "best_index": summary.best_index,
-            "best_seconds": summary.best_seconds if math.isfinite(summary.best_seconds) else None,
-            "best_gops": summary.best_gops, "trials": summary.trials, "invalid": summary.invalid,
-            "resumed": summary.resumed, "stopped": summary.stopped, "wall_s": summary.wall_s,
-            "tuner_s": summary.tuner_s, "errors": summary.errors, "log": str(log_path),
-        })
+        console.print_json({**summary.to_json(), "log": str(log_path)})
         return
     rows = [
         ("workload", f"{summary.workload} ({wl.spec()})"), ("board", summary.board), ("tuner", summary.tuner),

@@ -173,6 +173,7 @@ class Session:
         self.batch = batch_size or default_batch_size(builder)
         self.measured: set[int] = set()
         self.started = False
+        self.seeded = False
 
     def start(self, history: Sequence[MeasureResult] = ()) -> float:
         """Set the tuner up and give it ``history`` (earlier trials, never measured again); the tuner's seconds."""
@@ -205,6 +206,9 @@ class Session:
             self.start()
         t_start = time.perf_counter() if started is None else started
         options, stale = self.options, 0
+        if not self.seeded:
+            self.seeded = True
+            _fallback_first(self, n_trials, summary, options, record)
         while summary.trials < n_trials:
             if early_stopping is not None and summary.trials >= summary.best_trial + 1 + early_stopping:
                 summary.stopped = "early_stopping"
@@ -244,6 +248,26 @@ class Session:
             if callback is not None:
                 callback(summary, results)
         return summary
+
+
+def _fallback_first(session: Session, n_trials: int, summary: TuneSummary, options: MeasureOptions,
+                    record: Callable[[int, Sequence[MeasureResult]], None] | None) -> None:
+    """A fresh task whose template has a fallback config (the untuned config a whole-model export compiles a shape
+    without a record with) measures it first, as trial 0, and its tuner learns it as an earlier trial: the best
+    of a tuning run is never slower than the untuned export, as measured."""
+    config = session.task.template.fallback_config()
+    if config is None or session.measured or summary.trials >= n_trials:
+        return
+    results = _measure(session.task, session.builder, session.runner, options, [config.index])
+    first = summary.trials
+    for r in results:
+        session.measured.add(r.index)
+        summary.add(r)
+    if record is not None:
+        record(first, results)
+    t0 = time.perf_counter()
+    session.tuner.load_history(list(results))
+    summary.tuner_s += time.perf_counter() - t0
 
 
 def _check_resumed(records: Sequence[Record], desc: dict[str, Any], size: int, log: str | Path | None) -> None:
