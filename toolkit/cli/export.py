@@ -143,6 +143,8 @@ def run(
     ex.check_board(brd)
     options = MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout)
     if ex.is_model:
+        if workload is not None:
+            raise ConfigError(f"{folder} holds a whole model: --workload picks a kernel of a kernel export")
         return _run_model(ex, brd, check, input, output, per_layer, options, seed, tracker, json)
     if input is not None or output is not None or per_layer:
         raise ConfigError(f"{folder} holds conv kernels: --input, --output and --per-layer are for model exports")

@@ -67,7 +67,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
     backend.check_model_target(profile)
     best, log_files = _best_records(logs, profile)
     if progress is not None:
-        progress("tracing the model")
+        progress("the model's graph (torch.export)")
     loaded = load_model(model, input_shape, seed=seed)
     extraction = extract(loaded, input_shape)
     choices, unused = plan_convs(extraction, backend, profile, best)
