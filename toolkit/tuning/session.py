@@ -236,18 +236,23 @@ class Session:
             if options.hopeless_factor > 0:
                 options = dataclasses.replace(options, best_s=summary.best_seconds)
             results = _measure(self.task, self.builder, self.runner, options, indices)
-            first = summary.trials
-            for r in results:
-                self.measured.add(r.index)
-                summary.add(r)
-            if record is not None:
-                record(first, results)
+            self.count(summary, results, record)
             t0 = time.perf_counter()
             self.tuner.update(results)
             summary.tuner_s += time.perf_counter() - t0
             if callback is not None:
                 callback(summary, results)
         return summary
+
+    def count(self, summary: TuneSummary, results: Sequence[MeasureResult],
+              record: Callable[[int, Sequence[MeasureResult]], None] | None) -> None:
+        """Count measured ``results`` in ``summary`` and hand them to ``record`` (before any tuner learns them)."""
+        first = summary.trials
+        for r in results:
+            self.measured.add(r.index)
+            summary.add(r)
+        if record is not None:
+            record(first, results)
 
 
 def _fallback_first(session: Session, n_trials: int, summary: TuneSummary, options: MeasureOptions,
@@ -259,12 +264,7 @@ def _fallback_first(session: Session, n_trials: int, summary: TuneSummary, optio
     if config is None or session.measured or summary.trials >= n_trials:
         return
     results = _measure(session.task, session.builder, session.runner, options, [config.index])
-    first = summary.trials
-    for r in results:
-        session.measured.add(r.index)
-        summary.add(r)
-    if record is not None:
-        record(first, results)
+    session.count(summary, results, record)
     t0 = time.perf_counter()
     session.tuner.load_history(list(results))
     summary.tuner_s += time.perf_counter() - t0
