@@ -13,7 +13,7 @@ from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.options import (BoardOpt, InputShapeOpt, InventoryOpt, JsonOpt, MinRepeatMsOpt, ModelOpt, NumberOpt,
                                  RepeatOpt, TimeoutOpt, TrackerOpt, VtaConfigOpt, board_from)
-from toolkit.errors import ConfigError, EdgetuneError
+from toolkit.errors import ConfigError
 from toolkit.export import export as do_export
 from toolkit.export import load_export
 from toolkit.export.model import export_model
@@ -181,18 +181,13 @@ def _run_model(ex: Export, board, check: bool | None, input: Path | None, output
     """``edgetune run`` of a whole-model export."""
     x = _read_npy(input) if input is not None else None
     inputs = ex.model_inputs(x, seed=seed)
-    if check is None:   # on by default where the model can be loaded here; said when it cannot
-        try:
-            ex.reference()
-            check = True
-        except EdgetuneError as exc:
-            console.warn(f"output not checked: {exc}")
-            check = False
     with console.progress(transient=True) as bar:
         bar.add_task(f"running the model on {board.name} ({len(inputs)} input(s), then {options.repeat} timed runs)",
                      total=None, status="")
         result = ex.run_model(board, np.concatenate(inputs), check=check, options=options, per_layer=per_layer,
                               tracker=tracker, on_wait=console.warn)
+    if result.correct is None and result.message:   # on by default where the model loads here; said when not
+        console.warn(f"output {result.message}")
     if output is not None:
         _write_outputs(output, result)
     if json:

@@ -21,7 +21,7 @@ import numpy as np
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory
 from toolkit.errors import ExportError
-from toolkit.export.manifest import MANIFEST, README, ExportManifest, sha256_file
+from toolkit.export.manifest import README, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
 from toolkit.export.write import _log_board, _target_profile, _tuned_profile, record_config, staged
 from toolkit.tuning.journal import Record, best_per_workload, read_log
@@ -99,8 +99,6 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
             bitstream=backend.bitstream(profile), log={"files": copied}, tuned_on=tuned_on, kernels=[],
             model=section)
         (stage / README).write_text(model_readme(manifest, backend))
-        manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*"))
-                          if p.is_file() and p.name != MANIFEST}
         return manifest
 
     return staged(Path(out_dir), force, fill)

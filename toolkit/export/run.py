@@ -14,6 +14,7 @@ import numpy as np
 
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, resolve_board
+from toolkit.errors import EdgetuneError
 from toolkit.export.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, ExportManifest, KernelEntry, inside,
                                      sha256_file)
 from toolkit.tuning.core.runner import MeasureOptions, Runner
@@ -82,6 +83,21 @@ def reference_outputs(loaded: Any, x: np.ndarray) -> list[np.ndarray]:
         out = loaded.program.module()(torch.from_numpy(np.ascontiguousarray(x)))
     flat = out if isinstance(out, (tuple, list)) else [out]
     return [o.detach().cpu().numpy() for o in flat]
+
+
+def compare_model(loaded: Any, inputs: list[np.ndarray], outputs: list[list[np.ndarray]]) -> tuple[bool, str]:
+    """Each output against the PyTorch model's (``loaded``) on the same input (tolerance :data:`MODEL_RTOL`)."""
+    worst = 0.0
+    for x, got in zip(inputs, outputs):
+        for g, r in zip(got, reference_outputs(loaded, x)):
+            if g.shape != r.shape:
+                return False, f"output shape {list(g.shape)}, PyTorch's {list(r.shape)}"
+            err = float(np.max(np.abs(g.astype(np.float64) - r))) if g.size else 0.0
+            scale = float(np.max(np.abs(r))) if r.size else 0.0
+            worst = max(worst, err / max(scale, 1e-30))
+            if not err <= MODEL_RTOL * scale + MODEL_ATOL:
+                return False, f"max |error| {err:.3g} against PyTorch's max |output| {scale:.3g}"
+    return True, f"equal to PyTorch within {MODEL_RTOL:g} of its largest output (worst {worst:.2g})"
 
 
 def load_export(path: str | Path) -> Export:
@@ -220,41 +236,35 @@ class Export:
                               f"axis 0), got {x.dtype}{list(x.shape)}")
         return [np.ascontiguousarray(x[i:i + shape[0]]) for i in range(0, x.shape[0], shape[0])]
 
-    def run_model(self, board: str | Board, inputs: np.ndarray | None = None, *, check: bool = False,
+    def run_model(self, board: str | Board, inputs: np.ndarray | None = None, *, check: bool | None = False,
                   options: MeasureOptions | None = None, per_layer: bool = False,
                   tracker: tuple[str, int] | str | None = None, inventory: Inventory | None = None,
                   on_wait: Any = None) -> ModelRun:
         """Run the exported model on ``board``: every input of ``inputs`` (:meth:`model_inputs`) in one session,
         then timed as tuning times a kernel (``options``: number, repeat, min_repeat_ms, timeout_s); ``check``
-        compares each output with the PyTorch model's (:meth:`reference`); ``per_layer`` times each conv."""
+        compares each output with the PyTorch model's (:meth:`reference`; ``None``: when that model loads here,
+        else ``message`` says why not); ``per_layer`` times each conv."""
         b = board if isinstance(board, Board) else resolve_board(board, inventory)
         self.check_board(b)
         xs = self.model_inputs(inputs)
+        loaded, why = None, ""
+        if check is not False:
+            try:
+                loaded = self.reference()
+            except EdgetuneError as exc:
+                if check:
+                    raise
+                why = f"not checked: {exc}"
         timing = self.backend.run_model(self.path, self.manifest, b, xs, options or MeasureOptions(),
                                         tracker=tracker, on_wait=on_wait, per_layer=per_layer)
         layers = [{"module": c["module"], "workload": c["workload"], "schedule": c["schedule"],
                    "seconds": timing.kernels.get(c.get("kernel") or ""),
                    "tuned_seconds": (c.get("record") or {}).get("latency_s")}
                   for c in self._model()["convs"]] if per_layer else []
-        run = ModelRun(b.name, timing.outputs, timing.costs, layers)
-        if check:
-            run.correct, run.message = self.compare_model(xs, timing.outputs)
+        run = ModelRun(b.name, timing.outputs, timing.costs, layers, message=why)
+        if loaded is not None:
+            run.correct, run.message = compare_model(loaded, xs, timing.outputs)
         return run
-
-    def compare_model(self, inputs: list[np.ndarray], outputs: list[list[np.ndarray]]) -> tuple[bool, str]:
-        """Each output against the PyTorch model's on the same input (tolerance :data:`MODEL_RTOL`)."""
-        loaded = self.reference()
-        worst = 0.0
-        for x, got in zip(inputs, outputs):
-            for g, r in zip(got, reference_outputs(loaded, x)):
-                if g.shape != r.shape:
-                    return False, f"output shape {list(g.shape)}, PyTorch's {list(r.shape)}"
-                err = float(np.max(np.abs(g.astype(np.float64) - r))) if g.size else 0.0
-                scale = float(np.max(np.abs(r))) if r.size else 0.0
-                worst = max(worst, err / max(scale, 1e-30))
-                if not err <= MODEL_RTOL * scale + MODEL_ATOL:
-                    return False, f"max |error| {err:.3g} against PyTorch's max |output| {scale:.3g}"
-        return True, f"equal to PyTorch within {MODEL_RTOL:g} of its largest output (worst {worst:.2g})"
 
     def reference(self) -> Any:
         """The PyTorch model the export was made from, loaded again (:class:`ExportError` when it cannot be:

@@ -173,7 +173,6 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
             log={"file": LOG_FILE, "sha256": log_sha, "source": str(log)},
             tuned_on={"board": tuned_board, "board_type": tuned_type, "target": tuned_target}, kernels=kernels)
         (stage / README).write_text(readme(manifest, str(out_dir)))
-        manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*")) if p.is_file()}
         return manifest
 
     return staged(Path(out_dir), force, fill)
@@ -181,7 +180,7 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
 
 def staged(out_dir: Path, force: bool, fill: Callable[[Path], ExportManifest]) -> ExportManifest:
     """Write an export through a stage folder beside ``out_dir``: ``fill(stage)`` writes the files and returns
-    the manifest (its ``files`` hashed), which is written last; the stage then takes ``out_dir``'s place. An
+    the manifest, whose ``files`` (every file of the stage, hashed) are filled in and which is written last; the stage then takes ``out_dir``'s place. An
     earlier export (``force``) is renamed aside first and deleted after, so a kill at any point leaves the
     old export or the new one; stage folders a killed export left beside ``out_dir`` are removed."""
     _check_out_dir(out_dir, force)
@@ -194,6 +193,7 @@ def staged(out_dir: Path, force: bool, fill: Callable[[Path], ExportManifest]) -
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         manifest = fill(stage)
+        manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*")) if p.is_file()}
         (stage / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
         if out_dir.exists():
             aside = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))

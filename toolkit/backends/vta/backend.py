@@ -62,18 +62,6 @@ def with_vta_preset(board: Board, preset: str | None) -> Board:
     return backend_for(board.profile).with_preset(board, preset)
 
 
-def _vta_preset(board: Board, preset: str | None) -> Board:
-    """:meth:`VTABackend.with_preset`: the simulator modelling ``preset``; an FPGA keeps its bitstream."""
-    if preset is None or (board.profile.vta or {}).get("preset") == preset:
-        return board
-    if not board.profile.is_simulator:
-        raise ConfigError(f"--vta-config simulates another VTA preset; {board.name!r} is an FPGA with its own "
-                          f"bitstream: register a board of that type instead (edgetune board types)")
-    get_preset(preset)
-    vta = {**(board.profile.vta or {}), "preset": preset}
-    return Board(f"{board.name}-{preset}", dataclasses.replace(board.profile, vta=vta))
-
-
 def require_vta(board: Board) -> None:
     """Refuse a board that is not a VTA board with a hardware preset."""
     vta = board.profile.vta or {}
@@ -94,7 +82,15 @@ class VTABackend(Backend):
     first_conv_on_cpu = True
 
     def with_preset(self, board: Board, preset: str | None) -> Board:
-        return _vta_preset(board, preset)
+        """The simulator modelling ``preset``; an FPGA keeps its bitstream (:class:`ConfigError`)."""
+        if preset is None or (board.profile.vta or {}).get("preset") == preset:
+            return board
+        if not board.profile.is_simulator:
+            raise ConfigError(f"--vta-config simulates another VTA preset; {board.name!r} is an FPGA with its own "
+                              f"bitstream: register a board of that type instead (edgetune board types)")
+        get_preset(preset)
+        vta = {**(board.profile.vta or {}), "preset": preset}
+        return Board(f"{board.name}-{preset}", dataclasses.replace(board.profile, vta=vta))
 
     # -- tuning -------------------------------------------------------------------------------------
     def template(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Template:
