@@ -21,7 +21,8 @@ def _run(tmp_path: Path, script: str, *args: str) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"tune_one_layer.py", "custom_tuner.py", "tune_network.py", "compose_tuner.py", "deploy_model.py"}
+    tested = {"tune_one_layer.py", "custom_tuner.py", "tune_network.py", "compose_tuner.py", "deploy_model.py",
+              "deploy_model_vta.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -61,3 +62,10 @@ def test_deploy_model_tunes_exports_and_runs_a_whole_model(tmp_path):
     assert "in 8 trials" in out and re.search(r"^conv1\s+(tuned|fallback)", out, flags=re.M)
     error = float(re.search(r"relative error ([\d.e+-]+)", out).group(1))
     assert error < 1e-3 and "outputs (4, 10)" in out
+
+
+def test_deploy_model_vta_keeps_the_trained_accuracy_in_int8(tmp_path):
+    out = _run(tmp_path, "deploy_model_vta.py", "--out", "o")
+    fl, q = (float(v) for v in re.search(r"float32 ([\d.]+)%, int8 on VTA ([\d.]+)%", out).groups())
+    assert fl > 95 and q >= fl - 1
+    assert "bit-exact with the int8 reference" in out and "conv 0   cpu" in out

@@ -166,16 +166,32 @@ class Backend(abc.ABC):
         """Whether an output matches the reference, and a one-line verdict."""
 
     # -- whole models ------------------------------------------------------------------------------
+    model_other_schedule: ClassVar[str] = "tvm"
+    """What a model conv edgetune has no kernel for gets: ``tvm`` (TVM's own lowering) or ``cpu`` (numpy)."""
+
     def check_model_target(self, profile: BoardProfile) -> None:
         """Refuse a board this family cannot compile whole models for (:class:`ExportError` saying what to do)."""
-        raise ExportError(f"whole-model exports are built for CPU boards (local, Raspberry Pi); {profile.name} is a "
+        raise ExportError(f"whole-model exports are built for CPU and VTA boards; {profile.name} is a "
                           f"{profile.family} board: export its tuned kernels with `edgetune export --log LOG`")
 
+    def model_conv_refusal(self, layer: Any, profile: BoardProfile) -> str | None:
+        """Why a conv of a model (a :class:`~toolkit.workloads.networks.ConvLayer`) gets no edgetune kernel on
+        ``profile`` (``None``: it gets one)."""
+        if layer.groups != 1:
+            return f"{layer.groups} groups"
+        return "dilated" if layer.dilation != (1, 1) else None
+
+    def model_default_config(self, template: Template) -> Config | None:
+        """The config of a model conv without a record (``None``: the model must be tuned first)."""
+        return template.fallback_config()
+
     def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
-                      folder: Path, *, progress: Any = None) -> tuple[dict[str, str], dict[str, str]]:
+                      folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
+                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
         """Compile a ``torch.export`` program for ``profile`` into ``folder``, each ``(module, template, config)``
-        conv with edgetune's kernel (``template`` ``None``: the family's default): (files by role, module ->
-        kernel function name)."""
+        conv with edgetune's kernel (``template`` ``None``: :attr:`model_other_schedule`); ``calibration``:
+        inputs to quantise on, for families that run int8 models. Returns (files by role, module -> kernel
+        name, extra keys of the manifest's model section)."""
         raise ExportError(f"the {self.name} backend compiles no whole models")
 
     def model_readme_usage(self, manifest: ExportManifest) -> str:
@@ -190,6 +206,13 @@ class Backend(abc.ABC):
         edgetune kernel's time."""
         raise ExportError(f"the {self.name} backend runs no whole models")
 
+    def check_model(self, timing: ModelTiming, reference: list[list[np.ndarray]] | None) -> tuple[bool | None, str]:
+        """The verdict on a model run: its outputs against PyTorch's on the same inputs (``reference``; ``None``:
+        not checked)."""
+        from toolkit.tuning.core.check import compare_model_outputs
+
+        return (None, "") if reference is None else compare_model_outputs(timing.outputs, reference)
+
 
 @dataclass
 class ModelTiming:
@@ -199,3 +222,5 @@ class ModelTiming:
     outputs: list[list[np.ndarray]]
     costs: list[float]
     kernels: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    """Family-specific facts of the run (a VTA model: bit-exactness, VTA and CPU time, every layer's time)."""

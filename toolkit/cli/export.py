@@ -57,6 +57,9 @@ def export(
                               "required).")] = None,
     input_shape: InputShapeOpt = "1,3,224,224",
     seed: Annotated[int, typer.Option(min=0, help="--model of a built-in network: the seed of its weights.")] = 0,
+    calibrate: Annotated[Optional[Path], typer.Option(
+        "--calibrate", help="--model on a VTA board: a .npy of inputs like the model's (N of them stacked on axis "
+                            "0) to quantise it on; without it, synthetic inputs (the manifest says so).")] = None,
     workload: Annotated[Optional[list[str]], typer.Option(
         "--workload", "-w", help="Kernels: export only this workload (name or spec); repeat for several.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
@@ -76,9 +79,13 @@ def export(
                 raise ConfigError("--workload picks kernels of a log; with --model every conv of the model is built")
             if board is None:
                 raise ConfigError("--model needs --board (the board to compile the model for, e.g. -b local)")
+            calibration = _read_npy(calibrate, "--calibrate") if calibrate is not None else None
             manifest = export_model(model, out, board, logs=logs, input_shape=parse_input_shape(input_shape),
-                                    seed=seed, inventory=inv, force=force, progress=building)
+                                    seed=seed, calibration=calibration, inventory=inv, force=force,
+                                    progress=building)
         else:
+            if calibrate is not None:
+                raise ConfigError("--calibrate quantises a whole model; give it with --model")
             if len(logs) != 1:
                 raise ConfigError("give one --log to export its kernels (or --model MODEL to export a whole model)")
             manifest = do_export(logs[0], out, board=board, workloads=workload, inventory=inv, force=force,
@@ -96,9 +103,14 @@ def export(
                       ["conv", "workload", "schedule", "tuned latency", "from"],
                       [(c["module"], c["workload"] or "-", c["schedule"],
                         _ms((c["record"] or {}).get("latency_s")), c["why"]) for c in convs])
-        counts = {k: sum(c["schedule"] == k for c in convs) for k in ("tuned", "fallback", "tvm")}
-        console.info(f"{counts['tuned']} convs tuned, {counts['fallback']} with the untuned fallback config, "
-                     f"{counts['tvm']} by TVM's default lowering; manifest: {out / 'manifest.json'}")
+        counts = {k: sum(c["schedule"] == k for c in convs) for k in ("tuned", "fallback", "tvm", "cpu")}
+        parts = [f"{counts['tuned']} convs tuned", f"{counts['fallback']} with the untuned fallback config",
+                 f"{counts['tvm']} by TVM's default lowering", f"{counts['cpu']} int8 on the CPU"]
+        console.info(", ".join(p for p in parts if not p.startswith("0 ") or "convs" in p or "fallback" in p)
+                     + f"; manifest: {out / 'manifest.json'}")
+        calib = manifest.model.get("calibration") or {}
+        if calib.get("source") == "synthetic":
+            console.warn(f"calibrated on synthetic inputs: {calib['note']}")
         for unused in manifest.model["unused_records"]:
             console.info(f"not in the model: tuned shape {unused['workload']} ({unused['log']})")
         return
@@ -202,8 +214,12 @@ def _run_model(ex: Export, board, check: bool | None, input: Path | None, output
 
 def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, output: Path | None) -> None:
     lo, hi = min(result.costs), max(result.costs)
+    d = result.details
+    measured = (f"{options.repeat} runs of {options.number} (min {options.min_repeat_ms:g} ms each)" if not d else
+                f"last input: VTA {d['vta_ms']:.4f} ms ({d['vta_seconds']}) + CPU {d['cpu_ms']:.4f} ms (measured here, "
+                "numpy)")
     rows = [("latency (median)", _ms(result.latency_s)), ("spread", f"{_ms(lo)} .. {_ms(hi)}"),
-            ("measured", f"{options.repeat} runs of {options.number} (min {options.min_repeat_ms:g} ms each)"),
+            ("measured", measured),
             ("inputs run", str(len(result.outputs))),
             ("outputs", ", ".join(str(list(o.shape)) for o in result.stacked())),
             ("output", "not checked" if result.correct is None else
@@ -211,20 +227,26 @@ def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, outp
     if output is not None:
         rows.append(("written to", str(output)))
     console.table(f"model {ex.manifest.model['source']['model']} on {result.board}", ["", "value"], rows)
-    if result.per_layer:
+    if d.get("layers"):
+        console.table("per layer (last input)", ["layer", "op", "device", "latency"],
+                      [(r["layer"], r["op"], r["device"], f"{r['ms']:.4f} ms") for r in d["layers"]])
+    elif result.per_layer:
         console.table("per conv (each kernel timed alone)", ["conv", "workload", "schedule", "latency", "tuned latency"],
                       [(r["module"], r["workload"] or "-", r["schedule"], _ms(r["seconds"]), _ms(r["tuned_seconds"]))
                        for r in result.per_layer])
 
 
-def _read_npy(path: Path) -> np.ndarray:
-    """A .npy input (never a pickle); :class:`ConfigError` naming the file when it is not one."""
+def _read_npy(path: Path, option: str = "--input") -> np.ndarray:
+    """A .npy array (never a pickle); :class:`ConfigError` naming the file when it is not one."""
     if path.is_dir():
-        raise ConfigError(f"--input {path} is a folder; give a .npy file (numpy.save)")
+        raise ConfigError(f"{option} {path} is a folder; give a .npy file (numpy.save)")
+    if not path.is_file():
+        raise ConfigError(f"{option} {path} does not exist or is not a regular file; give a .npy file (numpy.save)")
     try:
         return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as exc:
-        raise ConfigError(f"--input {path} is not a .npy array ({str(exc)[:80]}); write it with numpy.save") from None
+    except (ValueError, EOFError, OSError) as exc:
+        raise ConfigError(f"{option} {path} is not a .npy array ({str(exc)[:80]}); write it with numpy.save") \
+            from None
 
 
 def _write_outputs(path: Path, result: ModelRun) -> None:

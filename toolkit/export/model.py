@@ -40,7 +40,8 @@ class ConvChoice:
     module: str
     workload: Conv2dWorkload | None
     schedule: str
-    """``tuned`` (a record), ``fallback`` (the template's untuned config) or ``tvm`` (TVM's lowering)."""
+    """``tuned`` (a record), ``fallback`` (the untuned config), ``tvm`` (TVM's lowering) or ``cpu`` (int8 in
+    numpy on the board's CPU, VTA models)."""
     why: str = ""
     record: dict[str, Any] | None = None
     template: Any = None
@@ -54,13 +55,15 @@ class ConvChoice:
 
 def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProfile, *,
                  logs: Sequence[str | Path] = (), input_shape: tuple[int, int, int, int] = (1, 3, 224, 224),
-                 seed: int = 0, inventory: Inventory | None = None, force: bool = False,
-                 progress: Callable[[str], None] | None = None) -> ExportManifest:
+                 seed: int = 0, calibration: np.ndarray | None = None, inventory: Inventory | None = None,
+                 force: bool = False, progress: Callable[[str], None] | None = None) -> ExportManifest:
     """Compile ``model`` for ``board`` with the best record of each conv shape in ``logs`` into ``out_dir``.
 
     ``model``: a built-in network (its weights drawn from ``seed``), a ``.pt2`` or TorchScript file,
     ``module:factory`` or an ``nn.Module``; ``input_shape`` its input. ``out_dir`` must be new or empty
-    (``force`` replaces an earlier export). ``progress(what)`` is told what is being built.
+    (``force`` replaces an earlier export). ``calibration``: inputs (stacked on axis 0) an int8 model (VTA) is
+    quantised on; without them it is calibrated on synthetic inputs, and the manifest says so.
+    ``progress(what)`` is told what is being built.
     """
     name, profile = _target_profile(board, inventory)
     backend = backend_for(profile)
@@ -74,9 +77,9 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
     outputs = _outputs(loaded, input_shape)
 
     def fill(stage: Path) -> ExportManifest:
-        files, kernels = backend.compile_model(loaded.program, profile,
-                                               [(c.module, c.template, c.config) for c in choices], stage,
-                                               progress=progress)
+        files, kernels, extra = backend.compile_model(loaded.program, profile,
+                                                      [(c.module, c.template, c.config) for c in choices], stage,
+                                                      calibration=calibration, progress=progress)
         for c in choices:
             c.kernel = kernels.get(c.module)
         (stage / LOG_DIR).mkdir()
@@ -89,8 +92,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
             "files": files, "source": {**loaded.source, "seed": seed if loaded.source["kind"] == "builtin" else None},
             "inputs": [{"name": _input_name(loaded), "shape": list(input_shape), "dtype": "float32"}],
             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
-            "params": f"bound into {files['model']} as constants (conv weights already in the kernels' layout)",
-            "convs": [c.to_json() for c in choices], "unused_records": unused,
+            **extra, "convs": [c.to_json() for c in choices], "unused_records": unused,
             "skipped": [{"module": m, "why": why} for m, why in extraction.skipped]}
         tuned_on = _tuned_on(log_files)
         manifest = ExportManifest(
@@ -135,10 +137,11 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
     used: set[str] = set()
     for node in extraction.convs:
         layer = node.layer
-        if layer is None or layer.groups != 1 or layer.dilation != (1, 1):
-            why = node.reason or (f"{layer.groups} groups" if layer and layer.groups != 1 else "dilated")
-            choices.append(ConvChoice(node.module, layer.workload if layer else None, "tvm",
-                                      f"{why}: TVM's default lowering"))
+        why = node.reason if layer is None else backend.model_conv_refusal(layer, profile)
+        if why:
+            other = backend.model_other_schedule
+            choices.append(ConvChoice(node.module, layer.workload if layer else None, other,
+                                      f"{why}: " + ("TVM's default lowering" if other == "tvm" else "int8 on the CPU")))
             continue
         wl = layer.workload
         key = workload_key(wl.to_dict())
@@ -155,7 +158,7 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
                                        "config": config.values, "latency_s": rec.seconds, "tuner": rec.tuner},
                                       template, config))
         else:
-            config = template.fallback_config()
+            config = backend.model_default_config(template)
             if config is None:
                 raise ExportError(f"{wl.spec()} has no record and the {template.name} template no fallback config; "
                                   "tune the model first (`edgetune tune --model`)")

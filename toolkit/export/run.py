@@ -6,7 +6,7 @@ import contextlib
 import json
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,6 @@ from toolkit.export.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, 
 from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.core.template import Template
 from toolkit.workloads import Conv2dWorkload, parse_workload
-
-MODEL_RTOL = 1e-3
-"""A model's output matches PyTorch's when ``max |got - torch| <= MODEL_RTOL * max |torch| + MODEL_ATOL``."""
-MODEL_ATOL = 1e-5
-
 
 @dataclass
 class RunResult:
@@ -56,6 +51,9 @@ class ModelRun:
     per_layer: list[dict[str, Any]]
     correct: bool | None = None
     message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Family-specific facts (a VTA model: ``bit_exact``, ``vta_ms``, ``cpu_ms``, every layer's time and the
+    agreement with PyTorch)."""
 
     @property
     def latency_s(self) -> float:
@@ -71,7 +69,7 @@ class ModelRun:
                 "latency_min_ms": min(self.costs) * 1e3, "latency_max_ms": max(self.costs) * 1e3,
                 "timed_runs": len(self.costs), "inputs": len(self.outputs), "correct": self.correct,
                 "message": self.message, "outputs": [list(o.shape) for o in self.stacked()],
-                "per_layer": self.per_layer}
+                "per_layer": self.per_layer, **({"details": self.details} if self.details else {})}
 
 
 def reference_outputs(loaded: Any, x: np.ndarray) -> list[np.ndarray]:
@@ -83,21 +81,6 @@ def reference_outputs(loaded: Any, x: np.ndarray) -> list[np.ndarray]:
         out = loaded.program.module()(torch.from_numpy(np.ascontiguousarray(x)))
     flat = out if isinstance(out, (tuple, list)) else [out]
     return [o.detach().cpu().numpy() for o in flat]
-
-
-def compare_model(loaded: Any, inputs: list[np.ndarray], outputs: list[list[np.ndarray]]) -> tuple[bool, str]:
-    """Each output against the PyTorch model's (``loaded``) on the same input (tolerance :data:`MODEL_RTOL`)."""
-    worst = 0.0
-    for x, got in zip(inputs, outputs):
-        for g, r in zip(got, reference_outputs(loaded, x)):
-            if g.shape != r.shape:
-                return False, f"output shape {list(g.shape)}, PyTorch's {list(r.shape)}"
-            err = float(np.max(np.abs(g.astype(np.float64) - r))) if g.size else 0.0
-            scale = float(np.max(np.abs(r))) if r.size else 0.0
-            worst = max(worst, err / max(scale, 1e-30))
-            if not err <= MODEL_RTOL * scale + MODEL_ATOL:
-                return False, f"max |error| {err:.3g} against PyTorch's max |output| {scale:.3g}"
-    return True, f"equal to PyTorch within {MODEL_RTOL:g} of its largest output (worst {worst:.2g})"
 
 
 def load_export(path: str | Path) -> Export:
@@ -261,10 +244,10 @@ class Export:
                    "seconds": timing.kernels.get(c.get("kernel") or ""),
                    "tuned_seconds": (c.get("record") or {}).get("latency_s")}
                   for c in self._model()["convs"]] if per_layer else []
-        run = ModelRun(b.name, timing.outputs, timing.costs, layers, message=why)
-        if loaded is not None:
-            run.correct, run.message = compare_model(loaded, xs, timing.outputs)
-        return run
+        reference = None if loaded is None else [reference_outputs(loaded, x) for x in xs]
+        correct, message = self.backend.check_model(timing, reference)
+        return ModelRun(b.name, timing.outputs, timing.costs, layers, correct,
+                        "; ".join(m for m in (message, why) if m), timing.details)
 
     def reference(self) -> Any:
         """The PyTorch model the export was made from, loaded again (:class:`ExportError` when it cannot be:

@@ -4,8 +4,10 @@ For a workload and a schedule config (the AutoTVM knobs ``tile_b/h/w/ci/co``, ``
 ``h_nthread``) it emits the instruction stream and micro-op kernels TVM's VTA runtime would build:
 loop order ``(b_o, h0, co0, w0 | co1, h1, w1)``, per output tile a GEMM reset, then per input-channel
 step a padded 2-D ``LOAD INP`` and a ``LOAD WGT`` and the GEMM kernel (two loops folded into
-``iter_out``/``iter_in``, the rest as micro-ops), then ALU ``SHR``, optional ``LOAD ACC`` bias +
-``ADD``, ``MIN 127``, ``MAX 0`` and a ``STORE``. Virtual threads get their own SRAM regions and are
+``iter_out``/``iter_in``, the rest as micro-ops), then the requantisation on the ALU: ``SHR`` by the
+layer's shift, an optional ``LOAD ACC`` bias + ``ADD`` (after the shift, as TVM's VTA tests build it, or
+before it: a bias at the accumulator scale), ``MIN 127`` and ``MAX 0`` (``MAX -128`` without ReLU), and a
+``STORE``. Virtual threads get their own SRAM regions and are
 interleaved statement by statement; dependency tokens are placed by an emulation of the runtime's
 ``InsnQueue`` (pending pops, push folding, NOPs, ``Synchronize``), so the stream is TVM's
 instruction for instruction (see ``tests/vta/test_fidelity.py``).
@@ -267,8 +269,13 @@ class CompiledConv2d:
 
 
 def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
-                   shift: int = 8, tvm_compat: bool = False) -> CompiledConv2d:
+                   shift: int = 8, relu: bool = True, acc_bias: bool = False,
+                   tvm_compat: bool = False) -> CompiledConv2d:
     """Compile ``workload`` under schedule ``config`` for ``hw``.
+
+    The requantisation: ``out = clip((acc >> shift) + bias, lo, 127)``, or with ``acc_bias``
+    ``clip((acc + bias) >> shift, lo, 127)`` (the bias at the accumulator scale); ``lo`` is 0 with ``relu``,
+    -128 without. The defaults are the program TVM v0.18's VTA tests build.
 
     Raises a :class:`~toolkit.vta.errors.VTAError` subclass from :mod:`toolkit.vta.checks` for any
     violated limit before emitting, and :class:`TVMCompatError` with ``tvm_compat=True`` for a
@@ -283,8 +290,10 @@ def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bia
     if not -(1 << (IMM_BITS - 1)) <= shift < (1 << (IMM_BITS - 1)):
         raise checks.FieldWidthError(f"ALU immediate shift={shift} does not fit int16", resource="alu_imm",
                                      needed=shift, available=(1 << (IMM_BITS - 1)) - 1)
+    if acc_bias and not bias:
+        raise ValueError("acc_bias places a bias; pass bias=True with it")
     sch, plan = _checked_plan(wl, cfg, sch, hw, bias, tvm_compat)
-    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift)
+    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift, relu, acc_bias)
     plan["uop_load_elems"] = uop_loaded
     features = compile_features(wl, sch, hw, plan, kinds, bias)
     return CompiledConv2d(program, features, wl, cfg, hw, plan)
@@ -424,7 +433,8 @@ def _out_pattern(wl: Conv2dWorkload, tco: int, th: int, tw: int) -> tuple[int, i
 # --------------------------------------------------------------------------------------------------
 # emission
 # --------------------------------------------------------------------------------------------------
-def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bool, shift: int):
+def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bool, shift: int, relu: bool,
+          acc_bias: bool):
     B, BI, BO = hw.batch, hw.block_in, hw.block_out
     nb, cib, cob = wl.n // B, wl.ci // BI, wl.co // BO
     tensors = [("inp", (nb, cib, wl.h, wl.w, B, BI), "int8"),
@@ -434,7 +444,11 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
     tensors.append(("out", (nb, cob, wl.oh, wl.ow, B, BO), "int8"))
     kernels = plan["kernels"]
     T = sch.threads
-    names = ["reset", "gemm", "shr", "add", "min", "max"] if bias else ["reset", "gemm", "shr", "min", "max"]
+    alu_ops = [(AluOp.SHR, True, shift, "shr")]
+    if bias:
+        alu_ops.insert(0 if acc_bias else 1, (AluOp.ADD, False, 0, "add"))
+    alu_ops += [(AluOp.MIN, True, 127, "min"), (AluOp.MAX, True, 0 if relu else -128, "max")]
+    names = ["reset", "gemm"] + [name for *_, name in alu_ops]
     # micro-op image: kernels in recording order (reset t*, gemm t*, ALU ops per thread)
     order = [(t, "reset") for t in range(T)] + [(t, "gemm") for t in range(T)] + \
             [(t, n) for t in range(T) for n in names[2:]]
@@ -466,10 +480,6 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         for name in names:
             k = kernels[t][name]
             gemm_insn[(t, name)] = k.insn_loops(alu=name not in ("reset", "gemm"))
-    alu_ops = [(AluOp.SHR, True, shift, "shr")]
-    if bias:
-        alu_ops.append((AluOp.ADD, False, 0, "add"))
-    alu_ops += [(AluOp.MIN, True, 127, "min"), (AluOp.MAX, True, 0, "max")]
 
     # per-thread coordinates
     threads = [(vo, vh) for vo in range(sch.oc_nthread) for vh in range(sch.h_nthread)]
@@ -601,6 +611,8 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         "tile_b": list(sch.tb), "tile_h": list(sch.th), "tile_w": list(sch.tw), "tile_ci": list(sch.tci),
         "tile_co": list(sch.tco), "oc_nthread": sch.oc_nthread, "h_nthread": sch.h_nthread},
         "bias": bias, "shift": shift}
+    if not relu or acc_bias:    # programs of the default requantisation keep their bytes
+        meta.update(relu=relu, acc_bias=acc_bias)
     return Program(hw, q.insns, uops, regions, meta), q.kinds, q.uop_loaded
 
 

@@ -2,7 +2,8 @@
 requantised convolution TVM's VTA tests check against.
 
 The reference is: int32 convolution, arithmetic ``>> shift``, ``+ bias`` (optional, int32 per output
-channel), clip as ``min(., 127)`` then ``max(., 0)``, cast to int8.
+channel; or added before the shift, at the accumulator scale), clip as ``min(., 127)`` then ``max(., 0)``
+(``max(., -128)`` without ReLU), cast to int8.
 
 >>> import numpy as np
 >>> from toolkit.vta.config import get_preset
@@ -105,26 +106,42 @@ def conv2d_int32(data: np.ndarray, weight: np.ndarray, stride: tuple[int, int], 
 
 
 def conv2d_reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, shift: int,
-                     stride: tuple[int, int] = (1, 1), pad: tuple[int, int] | None = None) -> np.ndarray:
-    """``clip((conv(data, weight) >> shift) + bias, 0, 127).astype(int8)`` in NCHW.
+                     stride: tuple[int, int] = (1, 1), pad: tuple[int, int] | None = None, *,
+                     relu: bool = True, acc_bias: bool = False) -> np.ndarray:
+    """``clip((conv(data, weight) >> shift) + bias, 0, 127).astype(int8)`` in NCHW, as VTA requantises.
 
-    ``pad`` defaults to "same" padding ``(KH // 2, KW // 2)``; clip is MIN 127 then MAX 0, as on VTA.
+    ``acc_bias`` adds the bias before the shift (at the accumulator scale); without ``relu`` the clip is
+    [-128, 127]. ``pad`` defaults to "same" padding ``(KH // 2, KW // 2)``; the clip is MIN then MAX, in int32.
     """
     if pad is None:
         pad = (weight.shape[2] // 2, weight.shape[3] // 2)
-    acc = conv2d_int32(data, weight, stride, pad)
+    return requantize(conv2d_int32(data, weight, stride, pad), bias, shift, relu=relu, acc_bias=acc_bias)
+
+
+def requantize(acc: np.ndarray, bias: np.ndarray | None, shift: int, *, relu: bool = True,
+               acc_bias: bool = False) -> np.ndarray:
+    """VTA's ALU epilogue on an int32 NCHW accumulator: shift, bias (before or after), MIN 127, MAX 0/-128."""
+    def add(x: np.ndarray) -> np.ndarray:
+        if bias is None:
+            return x
+        return (x.astype(np.int64) + bias.astype(np.int64).reshape(1, -1, 1, 1)).astype(np.int32)
+
+    if acc_bias:
+        acc = add(acc)
     acc = acc >> np.int32(shift) if shift >= 0 else (acc << np.int32(-shift))
-    if bias is not None:
-        acc = (acc.astype(np.int64) + bias.astype(np.int64).reshape(1, -1, 1, 1)).astype(np.int32)
+    if not acc_bias:
+        acc = add(acc)
     acc = np.minimum(acc, 127)
-    acc = np.maximum(acc, 0)
+    acc = np.maximum(acc, 0 if relu else -128)
     return acc.astype(np.int8)
 
 
 def workload_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
-                       bias: np.ndarray | None, shift: int = 8) -> np.ndarray:
-    """:func:`conv2d_reference` with ``workload``'s stride and padding (NCHW in and out)."""
-    return conv2d_reference(data, weight, bias, shift, (workload.sh, workload.sw), (workload.ph, workload.pw))
+                       bias: np.ndarray | None, shift: int = 8, **requant: bool) -> np.ndarray:
+    """:func:`conv2d_reference` with ``workload``'s stride and padding (NCHW in and out); ``requant``:
+    ``relu``, ``acc_bias``."""
+    return conv2d_reference(data, weight, bias, shift, (workload.sh, workload.sw), (workload.ph, workload.pw),
+                            **requant)
 
 
 def random_inputs(workload: Conv2dWorkload, hw: VTAConfig, rng: np.random.Generator, *,
@@ -139,16 +156,18 @@ def random_inputs(workload: Conv2dWorkload, hw: VTAConfig, rng: np.random.Genera
     return out
 
 
-def packed_reference(workload: Conv2dWorkload, hw: VTAConfig, inputs: list[np.ndarray], shift: int = 8) -> np.ndarray:
+def packed_reference(workload: Conv2dWorkload, hw: VTAConfig, inputs: list[np.ndarray], shift: int = 8,
+                     **requant: bool) -> np.ndarray:
     """The packed (N/B, CO/BO, OH, OW, B, BO) int8 output for packed ``inputs`` (see :func:`random_inputs`)."""
     bias = unpack_bias(inputs[2], hw) if len(inputs) > 2 else None
-    out = workload_reference(workload, unpack_input(inputs[0], hw), unpack_weight(inputs[1], hw), bias, shift)
+    out = workload_reference(workload, unpack_input(inputs[0], hw), unpack_weight(inputs[1], hw), bias, shift,
+                             **requant)
     return pack_output(out, hw)
 
 
 def run_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False, shift: int = 8,
-               tvm_compat: bool = False, check: bool = True, timing_only: bool = False,
-               rng: np.random.Generator | None = None) -> dict:
+               relu: bool = True, acc_bias: bool = False, tvm_compat: bool = False, check: bool = True,
+               timing_only: bool = False, rng: np.random.Generator | None = None) -> dict:
     """Compile, simulate and (with ``check``) compare against the NumPy reference.
 
     Returns ``{"compiled", "counters", "cycles", "seconds", "output" (packed, or None), "correct"
@@ -157,7 +176,8 @@ def run_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: b
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.sim import simulate
 
-    compiled = compile_conv2d(workload, config, hw, bias=bias, shift=shift, tvm_compat=tvm_compat)
+    compiled = compile_conv2d(workload, config, hw, bias=bias, shift=shift, relu=relu, acc_bias=acc_bias,
+                              tvm_compat=tvm_compat)
     if timing_only:
         result = simulate(compiled.program, timing_only=True)
         return {"compiled": compiled, "counters": result.counters, "cycles": result.cycles,
@@ -168,6 +188,7 @@ def run_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: b
     out = result.outputs["out"].reshape(compiled.program.regions["out"].shape)
     correct = None
     if check:
-        correct = bool(np.array_equal(out, packed_reference(workload, hw, inputs, shift)))
+        expected = packed_reference(workload, hw, inputs, shift, relu=relu, acc_bias=acc_bias)
+        correct = bool(np.array_equal(out, expected))
     return {"compiled": compiled, "counters": result.counters, "cycles": result.cycles, "seconds": result.seconds,
             "output": out, "correct": correct}

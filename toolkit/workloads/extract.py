@@ -171,7 +171,7 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
     for node in gm.graph.nodes:
         if node.op != "call_function" or not _is_conv(node.target):
             continue
-        module = _module_of(node)
+        module = module_of(node)
         conv = _conv_args(node)
         x_shape = tuple(node.args[0].meta["tensor_meta"].shape)
         w_shape = tuple(node.args[1].meta["tensor_meta"].shape)
@@ -382,7 +382,7 @@ def _padding(padding: Any, dilation: tuple[int, int], kernel: tuple[int, int],
     return tuple(padding)  # type: ignore[return-value]
 
 
-def _module_of(node: Any) -> str:
+def module_of(node: Any) -> str:
     """The module path of a conv node: its weight's owner (``layer1.0.conv1``), else the node name."""
     weight = node.args[1]
     if getattr(weight, "op", None) == "get_attr" and "." in str(weight.target):
@@ -399,9 +399,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load_network(model: str, input_shape: tuple[int, int, int, int] | None = None) -> Network:
-    """A built-in network by name, else the network extracted from the PyTorch model ``model``."""
+    """A built-in network by name (at another ``input_shape``: traced from its PyTorch model), else the
+    network extracted from the PyTorch model ``model``."""
     from toolkit.workloads.networks import NETWORKS, get_network
 
     if model.strip().lower().replace("-", "_") in NETWORKS:
-        return get_network(model)
+        net = get_network(model)
+        if input_shape is None or tuple(input_shape) == tuple(net.input_shape):
+            return net
     return extract(model, input_shape or (1, 3, 224, 224)).network

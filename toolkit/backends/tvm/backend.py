@@ -165,7 +165,12 @@ class TVMBackend(Backend):
                               "yet: export its tuned kernels with `edgetune export --log LOG`")
 
     def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
-                      folder: Path, *, progress: Any = None) -> tuple[dict[str, str], dict[str, str]]:
+                      folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
+                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+        """A Relax build in float32 (``calibration`` is refused: nothing is quantised)."""
+        if calibration is not None:
+            raise ExportError(f"--calibrate quantises int8 models for VTA boards; {profile.name} runs the model in "
+                              "float32: drop --calibrate")
         from toolkit.backends.tvm.model import ConvPlan, compile_model
 
         model, kernels, names = compile_model(program, profile, [ConvPlan(*c) for c in convs], progress=progress)
@@ -174,7 +179,8 @@ class TVMBackend(Backend):
         if kernels is not None:
             (folder / "kernels.so").write_bytes(kernels)
             files["kernels"] = "kernels.so"
-        return files, names
+        return files, names, {"params": f"bound into {files['model']} as constants (conv weights already in the "
+                                        "kernels' layout)"}
 
     def model_readme_usage(self, m: ExportManifest) -> str:
         model = m.model or {}

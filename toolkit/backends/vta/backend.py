@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from toolkit.backends.base import Backend, rebuild
+from toolkit.backends.base import Backend, ModelTiming, rebuild
 from toolkit.backends.registry import backend_for, make_task
 from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
@@ -80,6 +80,8 @@ class VTABackend(Backend):
     readme_run_also = " or any board with the same VTA hardware config"
     template_options = tuple(VTA_TEMPLATE_OPTIONS)
     first_conv_on_cpu = True
+    model_kind = "vta-model"
+    model_other_schedule = "cpu"
 
     def with_preset(self, board: Board, preset: str | None) -> Board:
         """The simulator modelling ``preset``; an FPGA keeps its bitstream (:class:`ConfigError`)."""
@@ -254,10 +256,98 @@ class VTABackend(Backend):
             except VTAError as exc:
                 raise ExportError(f"{kernel.label} failed in the simulator: {exc}") from None
             return {"out": np.asarray(res.outputs["out"]).reshape(shape)}, float(res.seconds)
-        return _run_on_agent(board, path.read_bytes(), named, shape, repeat, runner)
+        from toolkit.backends.vta.rpc_runner import run_on_agent
+
+        return run_on_agent(board, path.read_bytes(), named, shape, repeat, runner)
 
     def compare(self, got: np.ndarray, expected: np.ndarray) -> tuple[bool, str]:
         return check_output(got, expected, exact=True)
+
+    # -- whole models (an int8 graph, its convs VTA programs: toolkit.backends.vta.model) ------------------
+    def check_model_target(self, profile: BoardProfile) -> None:
+        profile_hw(profile)
+
+    def model_conv_refusal(self, layer: Any, profile: BoardProfile) -> str | None:
+        """Grouped or dilated convs, and channels or batch not multiples of VTA's blocks, stay on the CPU."""
+        from toolkit.vta.quantize import vta_refusal
+
+        if layer.dilation != (1, 1):
+            return "dilated"
+        return vta_refusal(layer.workload, layer.groups, get_preset(profile.vta["preset"]))
+
+    def model_default_config(self, template: Template) -> Config | None:
+        """The largest tiles that fit (:func:`~toolkit.backends.vta.model.default_config`); AutoTVM's first
+        config, TVM's VTA fallback, is hundreds of times slower on ResNet-18's layers."""
+        from toolkit.backends.vta.model import default_config
+
+        return default_config(template.workload, template.hw)
+
+    def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
+                      folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
+                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+        from toolkit.backends.vta.model import compile_vta_model
+
+        return compile_vta_model(program, profile, convs, folder, calibration=calibration, progress=progress)
+
+    def model_readme_usage(self, m: ExportManifest) -> str:
+        model = m.model or {}
+        spec = model["inputs"][0]
+        return (
+            f"## Running the int8 model ({m.bitstream})\n\n"
+            f"`{model['files']['model']}` is the int8 graph (layers in order, each tensor's power-of-two scale, "
+            f"every conv's shift and ReLU), `{model['files']['weights']}` its arrays (int8 weights, int32 biases at "
+            "the accumulator scale, the float32 classifier) and `programs/` the VTA program of each conv VTA "
+            "runs; the other layers run in numpy on the board's CPU.\n\n"
+            "```python\nimport json\nfrom pathlib import Path\nimport numpy as np\nfrom toolkit.backends.vta.model import load_vta_model, "
+            "run_vta_model\nfrom toolkit.boards import resolve_board\n"
+            "m = json.load(open(\"manifest.json\"))\n"
+            "vm = load_vta_model(Path(\".\"), m[\"model\"], m[\"hardware\"])\n"
+            f"x = np.zeros({tuple(spec['shape'])}, \"float32\")   # the input, NCHW\n"
+            "run = run_vta_model(vm, resolve_board(\"vta-fsim\"), [x])\n"
+            "print(run.outputs[0][0].shape, run.bit_exact)\n```\n\n"
+            "Or `edgetune run FOLDER --board BOARD --check`, which also compares the output with the PyTorch "
+            "model's (top-1 agreement and cosine similarity).\n")
+
+    def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
+                  options: Any, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
+                  per_layer: bool = False) -> ModelTiming:
+        """Every input through the int8 graph: VTA layers in the simulator (``vta-fsim``) or on the board
+        agent, one call per layer; each inference's latency is the VTA layers' device seconds (modelled in the
+        simulator) plus the CPU layers' seconds measured here."""
+        from toolkit.backends.vta.model import load_vta_model, run_vta_model
+
+        vm = load_vta_model(folder, manifest.model or {}, manifest.hardware or {})
+        runner = None
+        if not (board.profile.executor == "fsim" and board.entry is None):
+            runner = self.make_runner(board, tracker=tracker)
+            runner.on_wait = on_wait
+        try:
+            run = run_vta_model(vm, board, inputs, runner)
+        finally:
+            if runner is not None:
+                runner.close()
+        vta_s = sum(r["seconds"] for r in run.layers if r["device"] == "vta")
+        details = {"bit_exact": run.bit_exact, "mismatch": run.mismatch, "vta_ms": vta_s * 1e3,
+                   "cpu_ms": (sum(r["seconds"] for r in run.layers) - vta_s) * 1e3,
+                   "vta_seconds": "modelled by the simulator" if runner is None else "measured on the board",
+                   "layers": [{**r, "ms": r.pop("seconds") * 1e3} for r in run.layers] if per_layer else []}
+        kernels = {r["layer"]: r["ms"] / 1e3 for r in details["layers"] if r["op"] == "conv"}
+        return ModelTiming(run.outputs, run.costs, kernels, details)
+
+    def check_model(self, timing: ModelTiming, reference: list[list[np.ndarray]] | None) -> tuple[bool | None, str]:
+        """Bit-exact against the graph's int8 reference, and (with PyTorch's outputs) agreeing with them: cosine
+        similarity at least ``MIN_COSINE`` on every input (top-1 agreement reported beside it)."""
+        from toolkit.backends.vta.model import MIN_COSINE, agreement
+
+        exact = bool(timing.details.get("bit_exact"))
+        verdict = "bit-exact with the int8 reference" if exact else timing.details.get("mismatch", "not bit-exact")
+        if reference is None:
+            return exact, verdict
+        agree = agreement(timing.outputs, reference)
+        timing.details["pytorch"] = agree
+        ok = exact and agree["cosine_min"] >= MIN_COSINE
+        return ok, (f"{verdict}; against PyTorch (float32): top-1 agrees on {agree['top1_agreement']:.0%} of "
+                    f"{agree['samples']}, cosine min {agree['cosine_min']:.4f} (needs {MIN_COSINE})")
 
 
 def _program_params(program: Any, wl: Conv2dWorkload) -> dict[str, Any]:
@@ -270,11 +360,14 @@ def _program_params(program: Any, wl: Conv2dWorkload) -> dict[str, Any]:
                "bias": "per-channel int32 bias, packed (N/B, CO/BO, 1, 1, B, BO)",
                "out": "output NCHW int8, packed (N/B, CO/BO, OH, OW, B, BO)",
                "uop": "micro-op image (written by the loader, not by the caller)"}
+    relu, acc_bias = bool(program.meta.get("relu", True)), bool(program.meta.get("acc_bias", False))
+    clip = list(VTA_CLIP) if relu else [-128, VTA_CLIP[1]]
+    rescale = "(conv_int32(inp, wgt) + bias) >> shift" if acc_bias else "(conv_int32(inp, wgt) >> shift) + bias"
     return {
         "shift": int(program.meta.get("shift", 8)),
         "bias": bool(program.meta.get("bias", False)),
-        "clip": list(VTA_CLIP),
-        "formula": "out = clip(((conv_int32(inp, wgt) >> shift) + bias), 0, 127).astype(int8)",
+        "clip": clip,
+        "formula": f"out = clip({rescale}, {clip[0]}, {clip[1]}).astype(int8)",
         "stride": [wl.sh, wl.sw], "padding": [wl.ph, wl.pw],
         "regions": {r.name: {"offset": r.offset, "nbytes": r.nbytes, "shape": list(r.shape), "dtype": r.dtype,
                              "layout": layouts.get(r.name, "raw"), "meaning": meaning.get(r.name, "")}
@@ -284,18 +377,3 @@ def _program_params(program: Any, wl: Conv2dWorkload) -> dict[str, Any]:
         "uops": len(program.uops), "uop_bytes": hw.uop_bytes,
         "hardware": hw.to_json(), "bitstream": hw.bitstream,
     }
-
-
-def _run_on_agent(board: Board, program: bytes, named: dict[str, np.ndarray], shape: tuple, repeat: int,
-                  runner: Any) -> tuple[dict[str, np.ndarray], float]:
-    """Run a program through the board agent's ``edgetune.vta.run`` with tuning's :class:`VTARPCRunner`."""
-    try:
-        out = runner.call_agent(program, named, max(1, repeat), 300.0)
-    except TimeoutError as exc:
-        raise BoardError(f"running on board {board.name} (key {board.rpc_key!r}) failed: {exc}; check "
-                         "`edgetune board status`") from None
-    if "__error__" in out:
-        msg = bytes(np.asarray(out["__error__"], dtype=np.uint8)).decode(errors="replace")
-        raise ExportError(f"the program failed on board {board.name}: {msg}")
-    seconds = [float(s) for s in out["__seconds__"].reshape(-1) if math.isfinite(s)]
-    return {"out": out["out"].reshape(shape)}, sum(seconds) / max(1, len(seconds))

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.boards import Board
-from toolkit.errors import BoardError
+from toolkit.errors import BoardError, ExportError
 from toolkit.rpc.service import board_tracker_address
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
@@ -159,3 +159,17 @@ class VTARPCRunner(Runner):
         raise BoardLostError(f"the board with key {self.key!r} was lost {self.max_lost + 1} times; check "
                              "`edgetune board status`")
 
+
+def run_on_agent(board: Board, program: bytes, named: dict[str, np.ndarray], shape: tuple, repeat: int,
+                 runner: Any) -> tuple[dict[str, np.ndarray], float]:
+    """Run a program through the board agent's ``edgetune.vta.run`` with tuning's :class:`VTARPCRunner`."""
+    try:
+        out = runner.call_agent(program, named, max(1, repeat), 300.0)
+    except TimeoutError as exc:
+        raise BoardError(f"running on board {board.name} (key {board.rpc_key!r}) failed: {exc}; check "
+                         "`edgetune board status`") from None
+    if "__error__" in out:
+        msg = bytes(np.asarray(out["__error__"], dtype=np.uint8)).decode(errors="replace")
+        raise ExportError(f"the program failed on board {board.name}: {msg}")
+    seconds = [float(s) for s in out["__seconds__"].reshape(-1) if math.isfinite(s)]
+    return {"out": out["out"].reshape(shape)}, sum(seconds) / max(1, len(seconds))

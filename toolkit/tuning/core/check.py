@@ -32,3 +32,24 @@ def check_output(got: np.ndarray, expected: np.ndarray, *, exact: bool) -> tuple
         with np.errstate(invalid="ignore"):
             message += f" (max abs error {float(np.nanmax(np.abs(got - expected))):.3g})"
     return False, message
+
+
+MODEL_RTOL = 1e-3
+"""A model's output matches PyTorch's when ``max |got - torch| <= MODEL_RTOL * max |torch| + MODEL_ATOL``."""
+MODEL_ATOL = 1e-5
+
+
+def compare_model_outputs(outputs: list[list[np.ndarray]], reference: list[list[np.ndarray]]) -> tuple[bool, str]:
+    """Each output of each input against PyTorch's (``reference``, the same nesting), within :data:`MODEL_RTOL` of
+    its largest magnitude."""
+    worst = 0.0
+    for got, want in zip(outputs, reference):
+        for g, r in zip(got, want):
+            if g.shape != r.shape:
+                return False, f"output shape {list(g.shape)}, PyTorch's {list(r.shape)}"
+            err = float(np.max(np.abs(g.astype(np.float64) - r))) if g.size else 0.0
+            scale = float(np.max(np.abs(r))) if r.size else 0.0
+            worst = max(worst, err / max(scale, 1e-30))
+            if not err <= MODEL_RTOL * scale + MODEL_ATOL:
+                return False, f"max |error| {err:.3g} against PyTorch's max |output| {scale:.3g}"
+    return True, f"equal to PyTorch within {MODEL_RTOL:g} of its largest output (worst {worst:.2g})"

@@ -1,0 +1,306 @@
+"""Whole models on VTA boards: a CNN trained here on scikit-learn's digits and the built-in ResNet-18 quantised to
+int8 (`export --model -b vta-fsim`), their convs VTA programs run in the simulator or by a board agent over RPC
+(`run`), bit-exact with the int8 reference and agreeing with PyTorch; a tuned log's configs; bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+from toolkit.backends.vta.model import compile_vta_model
+from toolkit.boards import BoardEntry, Inventory, load_profile
+from toolkit.cli.app import app
+from toolkit.export import load_export, sha256_file
+from toolkit.export.manifest import MANIFEST
+from toolkit.rpc.tracker import ensure_local_rpc, tracker_summary
+from toolkit.tuning.core.space import Config
+from toolkit.vta.compiler import check_config
+from toolkit.vta.config import get_preset
+from toolkit.vta.errors import VTAError
+from toolkit.workloads.extract import load_model
+
+cli = CliRunner()
+DIGITS_SHAPE = "1,1,8,8"
+RESNET_SHAPE = "1,3,32,32"
+
+
+def _invoke(*args):
+    return cli.invoke(app, [str(a) for a in args])
+
+
+def _ok(result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _one_line_error(result, code: int = 2) -> str:
+    lines = [ln for ln in result.output.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """A small CNN trained on digits (first conv 1 channel: on the CPU; two VTA convs), saved as .pt2, with
+    calibration, test inputs and labels as .npy, and its float accuracy."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None]
+    idx = np.random.default_rng(0).permutation(len(x))
+    train, calib, test = idx[:1200], idx[1200:1300], idx[1300:]
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    xt, yt = torch.from_numpy(x[train]), torch.from_numpy(d.target[train])
+    for _ in range(15):
+        for i in range(0, len(train), 64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(xt[i:i + 64]), yt[i:i + 64]).backward()
+            opt.step()
+    net.eval()
+    with torch.no_grad():
+        accuracy = float((net(torch.from_numpy(x[test])).argmax(1).numpy() == d.target[test]).mean())
+    folder = tmp_path_factory.mktemp("digits")
+    torch.export.save(torch.export.export(net, (torch.zeros(1, 1, 8, 8),)), str(folder / "digits.pt2"))
+    for name, arr in (("calib", x[calib]), ("test", x[test]), ("labels", d.target[test])):
+        np.save(folder / f"{name}.npy", arr)
+    return folder, accuracy
+
+
+@pytest.fixture(scope="module")
+def digits_export(digits, tmp_path_factory):
+    folder, _ = digits
+    out = tmp_path_factory.mktemp("exports") / "digits"
+    _ok(_invoke("export", "--model", folder / "digits.pt2", "--input-shape", DIGITS_SHAPE, "-b", "vta-fsim",
+                "--calibrate", folder / "calib.npy", "--out", out))
+    return out
+
+
+@pytest.mark.slow
+def test_trained_cnn_in_int8_on_vta_keeps_its_accuracy(digits, digits_export, tmp_path):
+    folder, float_accuracy = digits
+    r = _invoke("run", digits_export, "-b", "vta-fsim", "--input", folder / "test.npy", "--output",
+                tmp_path / "out.npy", "--check", "--per-layer", "--json")
+    run = json.loads(_ok(r))
+    d = run["details"]
+    assert run["correct"] is True and d["bit_exact"] is True
+    assert d["pytorch"]["top1_agreement"] >= 0.99 and d["pytorch"]["samples"] == 497
+    assert d["vta_ms"] > 0 and d["cpu_ms"] > 0 and d["vta_seconds"] == "modelled by the simulator"
+    devices = {(layer["layer"], layer["device"]) for layer in d["layers"] if layer["op"] == "conv"}
+    assert devices == {("0", "cpu"), ("3", "vta"), ("7", "vta")}
+    int8_accuracy = float((np.load(tmp_path / "out.npy").argmax(1) == np.load(folder / "labels.npy")).mean())
+    assert int8_accuracy >= float_accuracy - 0.01 and float_accuracy > 0.95
+    manifest = load_export(digits_export).manifest
+    assert manifest.kind == "vta-model" and manifest.model["calibration"]["source"] == "given"
+    assert manifest.model["calibration"]["inputs"] == 100
+    convs = {c["module"]: c for c in manifest.model["convs"]}
+    assert convs["0"]["schedule"] == "cpu" and "input channels 1 not a multiple of VTA's block 16" in convs["0"]["why"]
+
+
+@pytest.mark.slow
+def test_the_readme_snippet_runs_the_package(digits_export):
+    readme = (digits_export / "README.md").read_text()
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    proc = subprocess.run([sys.executable, "-c", snippet], cwd=digits_export, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["(1,", "10)", "True"]
+
+
+@pytest.fixture(scope="module")
+def resnet_export(tmp_path_factory):
+    """ResNet-18 at 32x32 tuned briefly on vta-fsim (`tune --model`), exported with its log."""
+    folder = tmp_path_factory.mktemp("resnet")
+    _ok(_invoke("tune", "--model", "resnet18", "--input-shape", RESNET_SHAPE, "-b", "vta-fsim", "-t", "random",
+                "-n", "12", "--log", folder / "r18.jsonl"))
+    r = _invoke("export", "--model", "resnet18", "--input-shape", RESNET_SHAPE, "-b", "vta-fsim", "--log",
+                folder / "r18.jsonl", "--out", folder / "export")
+    assert r.exit_code == 0 and "calibrated on synthetic inputs" in r.output, r.output
+    return folder / "export"
+
+
+@pytest.mark.slow
+def test_resnet18_runs_bit_exact_with_its_tuned_configs(resnet_export):
+    m = load_export(resnet_export).manifest.model
+    schedules = [c["schedule"] for c in m["convs"]]
+    assert schedules[0] == "cpu" and "tuned" in schedules and "fallback" in schedules and len(schedules) == 20
+    tuned = next(c for c in m["convs"] if c["schedule"] == "tuned")
+    layer = next(v for v in m["vta_layers"] if v["layer"] == tuned["module"])
+    assert layer["config_index"] == tuned["record"]["index"] and layer["note"] == ""
+    assert m["calibration"]["source"] == "synthetic"
+    run = json.loads(_ok(_invoke("run", resnet_export, "-b", "vta-fsim", "--check", "--json")))
+    assert run["correct"] is True and run["details"]["bit_exact"] is True
+    assert run["details"]["pytorch"]["cosine_min"] >= 0.99 and run["outputs"] == [[1, 1000]]
+
+
+@pytest.mark.slow
+def test_another_vta_config_is_exported_for_and_run_with_vta_config(tmp_path):
+    _ok(_invoke("export", "--model", "resnet18", "--input-shape", RESNET_SHAPE, "-b", "zcu102", "--out",
+                tmp_path / "z"))
+    r = _invoke("run", tmp_path / "z", "-b", "vta-fsim")
+    assert "--vta-config zcu102" in _one_line_error(r)
+    run = json.loads(_ok(_invoke("run", tmp_path / "z", "-b", "vta-fsim", "--vta-config", "zcu102", "--json")))
+    assert run["correct"] is True and run["board"] == "vta-fsim-zcu102"
+
+
+def test_a_tuned_config_that_leaves_no_room_for_the_bias_falls_back_to_the_default(tmp_path):
+    """A config valid without a bias but not with one (the bias takes accumulator entries) is replaced by the
+    largest-tile config, and the manifest says why."""
+    from toolkit.workloads import Conv2dWorkload
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(16, 32, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x))
+
+    profile = load_profile("vta-fsim")
+    hw = get_preset(profile.vta["preset"])
+    wl = Conv2dWorkload(1, 16, 16, 16, 32, 3, 3, 1, 1, 1, 1)
+    from toolkit.backends.vta.space import vta_conv2d_space
+
+    space = vta_conv2d_space(wl, hw)
+    tight = None
+    for i in range(len(space)):
+        cfg = space.get(i)
+        try:
+            check_config(wl, cfg.values, hw, bias=False)
+        except VTAError:
+            continue
+        try:
+            check_config(wl, cfg.values, hw, bias=True)
+        except VTAError:
+            tight = cfg
+            break
+    assert isinstance(tight, Config)
+    loaded = load_model(Net().eval(), (1, 16, 16, 16))
+    (tmp_path / "pkg").mkdir()
+    files, kernels, extra = compile_vta_model(loaded.program, profile, [("conv", object(), tight)], tmp_path / "pkg")
+    layer = extra["vta_layers"][0]
+    assert layer["device"] == "vta" and layer["config_index"] != tight.index
+    assert "the tuned one does not fit the bias" in layer["note"]
+    assert set(files) == {"model", "weights", "program:conv"} and kernels == {"conv": "conv"}
+
+
+# -- a VTA board over RPC: a real agent (simulated VTA device) on the loopback tracker ---------------
+@pytest.mark.slow
+def test_the_int8_model_runs_on_a_board_agent_over_rpc(digits, digits_export, tmp_path):
+    host, port, stop = ensure_local_rpc("local")
+    with open(tmp_path / "agent.log", "w") as log:
+        agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}",
+                                  "--key", "pynq", "--executor", "fsim", "--name", "pz-sim"],
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(s.get("key") == "server:pynq" for s in tracker_summary(host, port).get("server_info", [])):
+            assert agent.poll() is None and time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+            time.sleep(0.2)
+        Inventory().add(BoardEntry("pz", "pynq-z1", host="127.0.0.1"))
+        x = np.load(digits[0] / "test.npy")[:3]
+        np.save(tmp_path / "x.npy", x)
+        run = json.loads(_ok(_invoke("run", digits_export, "-b", "pz", "--tracker", f"{host}:{port}", "--input",
+                                     tmp_path / "x.npy", "--check", "--json")))
+        assert run["correct"] is True and run["details"]["bit_exact"] is True
+        assert run["details"]["vta_seconds"] == "measured on the board" and run["inputs"] == 3
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        stop()
+
+
+# -- bad inputs: one line, exit 2, nothing left behind ------------------------------------------------
+@pytest.mark.slow
+def test_bad_vta_model_exports_get_one_line_errors(digits, tmp_path):
+    folder, _ = digits
+    model = folder / "digits.pt2"
+    args = ("--model", model, "--input-shape", DIGITS_SHAPE, "-b", "vta-fsim", "--out")
+    np.save(tmp_path / "wrong.npy", np.zeros((4, 3, 8, 8), np.float32))
+    np.save(tmp_path / "nan.npy", np.full((4, 1, 8, 8), np.nan, np.float32))
+    (tmp_path / "junk.npy").write_bytes(b"junk")
+    for name, words in (("wrong.npy", "calibration inputs must be"), ("nan.npy", "NaN"),
+                        ("junk.npy", "is not a .npy array")):
+        r = _invoke("export", *args, tmp_path / name.replace(".npy", ""), "--calibrate", tmp_path / name)
+        assert words in _one_line_error(r), name
+    r = _invoke("export", *args, tmp_path / "d", "--calibrate", tmp_path)
+    assert "is a folder" in _one_line_error(r)
+    r = _invoke("export", *args, tmp_path / "e", "--calibrate", "/dev/null")
+    assert "not a regular file" in _one_line_error(r)
+    r = _invoke("export", "--model", model, "--input-shape", DIGITS_SHAPE, "-b", "local", "--out", tmp_path / "f",
+                "--calibrate", folder / "calib.npy")
+    assert "drop --calibrate" in _one_line_error(r)
+    source = tmp_path / "net.py"
+    source.write_text("from torch import nn\n\n\ndef sigmoid():\n"
+                      "    return nn.Sequential(nn.Conv2d(16, 16, 3), nn.Sigmoid())\n\n\ndef odd():\n"
+                      "    return nn.Sequential(nn.Conv2d(16, 24, 3), nn.ReLU(), nn.Conv2d(24, 24, 3))\n\n\n"
+                      "def first_only():\n    return nn.Sequential(nn.Conv2d(3, 16, 3), nn.Flatten())\n")
+    r = _invoke("export", "--model", f"{source}:sigmoid", "--input-shape", "1,16,8,8", "-b", "vta-fsim", "--out",
+                tmp_path / "g")
+    assert "aten.sigmoid" in _one_line_error(r) and "no int8 lowering" in r.output
+    r = _invoke("export", "--model", f"{source}:odd", "--input-shape", "1,16,8,8", "-b", "vta-fsim", "--out",
+                tmp_path / "h")
+    line = _one_line_error(r)
+    assert "no conv of the model can run on VTA" in line and "output channels 24 not a multiple of" in line
+    r = _invoke("export", "--model", f"{source}:first_only", "--input-shape", "1,3,8,8", "-b", "vta-fsim", "--out",
+                tmp_path / "i")
+    assert "input channels 3 not a multiple of VTA's block 16" in _one_line_error(r)
+    assert not any((tmp_path / n).exists() for n in ("wrong", "nan", "junk", "d", "e", "f", "g", "h", "i"))
+
+
+def _rehash(folder, rel: str) -> None:
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["files"][rel] = sha256_file(folder / rel)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.slow
+def test_tampered_vta_model_packages_are_refused_in_one_line(digits_export, tmp_path):
+    def copy(name: str):
+        dst = tmp_path / name
+        shutil.copytree(digits_export, dst)
+        return dst
+
+    a = copy("a")       # a changed file, not re-hashed
+    (a / "graph.json").write_text((a / "graph.json").read_text().replace('"shift": ', '"shift": 1+'))
+    assert "does not match its sha256" in _one_line_error(_invoke("run", a, "-b", "vta-fsim"))
+    b = copy("b")       # a hostile graph, re-hashed: the graph's own checks refuse it
+    graph = json.loads((b / "graph.json").read_text())
+    graph["layers"][1]["inputs"] = ["nowhere"]
+    (b / "graph.json").write_text(json.dumps(graph))
+    _rehash(b, "graph.json")
+    assert "earlier layer" in _one_line_error(_invoke("run", b, "-b", "vta-fsim"))
+    c = copy("c")       # a pickled object array in the weights, re-hashed
+    import pickle
+
+    (c / "weights.npz").unlink()
+    np.savez(c / "weights.npz", **{"3.weight": np.array([pickle.dumps(1)], dtype=object)})
+    _rehash(c, "weights.npz")
+    assert "re-export the model" in _one_line_error(_invoke("run", c, "-b", "vta-fsim"))
+    d = copy("d")       # one layer's program swapped for another's, re-hashed
+    shutil.copyfile(d / "programs" / "7.vtaprog", d / "programs" / "3.vtaprog")
+    _rehash(d, "programs/3.vtaprog")
+    assert "region" in _one_line_error(_invoke("run", d, "-b", "vta-fsim"))
+    e = copy("e")       # weights of the wrong shape, re-hashed
+    with np.load(e / "weights.npz") as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["7.weight"] = arrays["7.weight"][:, :16]
+    np.savez(e / "weights.npz", **arrays)
+    _rehash(e, "weights.npz")
+    assert "do not fit its input" in _one_line_error(_invoke("run", e, "-b", "vta-fsim"))

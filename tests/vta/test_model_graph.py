@@ -1,0 +1,118 @@
+"""The pieces of VTA whole-model exports: every requantisation epilogue bit-exact in the simulator, the int8
+graph's hostile-input checks, quantisation of a float graph, and the untuned config of a model conv."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from toolkit.backends.vta.model import default_config
+from toolkit.errors import ExportError
+from toolkit.vta.compiler import compile_conv2d
+from toolkit.vta.config import get_preset
+from toolkit.vta.graph import Graph, conv2d_int, execute
+from toolkit.vta.reference import conv2d_int32, run_conv2d
+from toolkit.workloads import parse_workload
+
+HW = get_preset("pynq")
+WL = parse_workload("conv2d:H=8,W=8,CI=32,CO=32,K=3,S=1,P=1")
+CFG = {"tile_h": [2, 4], "tile_w": [1, 8], "tile_ci": [2, 1], "tile_co": [1, 2], "oc_nthread": 1, "h_nthread": 1}
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("acc_bias", [True, False])
+@pytest.mark.parametrize("shift", [0, 5, 8])
+def test_every_epilogue_is_bit_exact_in_the_simulator(relu, acc_bias, shift):
+    r = run_conv2d(WL, CFG, HW, bias=True, shift=shift, relu=relu, acc_bias=acc_bias, rng=np.random.default_rng(3))
+    assert r["correct"]
+    out = r["output"]
+    assert (out.min() < 0) == (not relu)      # without ReLU the clip is [-128, 127] and negatives occur
+
+
+def test_default_programs_are_unchanged_by_the_epilogue_options():
+    a = compile_conv2d(WL, CFG, HW, bias=True).program.to_bytes()
+    b = compile_conv2d(WL, CFG, HW, bias=True, shift=8, relu=True, acc_bias=False).program.to_bytes()
+    assert a == b
+    assert compile_conv2d(WL, CFG, HW, bias=True, acc_bias=True).program.to_bytes() != a
+    with pytest.raises(ValueError, match="bias=True"):
+        compile_conv2d(WL, CFG, HW, acc_bias=True)
+
+
+def test_graph_conv_equals_the_vta_reference_conv():
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, 32, 9, 7), dtype=np.int8)
+    w = rng.integers(-128, 128, (16, 32, 3, 3), dtype=np.int8)
+    for stride, pad in (((1, 1), (1, 1)), ((2, 1), (0, 2))):
+        assert np.array_equal(conv2d_int(x, w, stride, pad), conv2d_int32(x, w, stride, pad))
+
+
+def test_default_config_is_the_largest_tile_that_compiles_with_the_model_epilogue():
+    wl = parse_workload("resnet18.C2")
+    cfg = default_config(wl, HW)
+    v = cfg.values
+    assert v["oc_nthread"] == v["h_nthread"] == 1
+    compile_conv2d(wl, v, HW, bias=True, acc_bias=True)      # compiles
+    r = run_conv2d(wl, v, HW, bias=True, acc_bias=True, shift=7, timing_only=True)
+    first = run_conv2d(wl, {"tile_b": [1, 1], "tile_h": [56, 1], "tile_w": [56, 1], "tile_ci": [4, 1],
+                            "tile_co": [4, 1], "oc_nthread": 1, "h_nthread": 1}, HW, timing_only=True)
+    assert r["cycles"] * 10 < first["cycles"]     # AutoTVM's first config, TVM's fallback, is far slower
+
+
+GOOD = {"input": {"shape": [1, 16, 4, 4], "exp": 5}, "outputs": ["p"],
+        "layers": [{"name": "c", "op": "conv", "inputs": ["input"], "device": "cpu",
+                    "attrs": {"stride": [1, 1], "pad": [1, 1], "groups": 1, "shift": 6, "relu": True, "exp": 4}},
+                   {"name": "a", "op": "add", "inputs": ["c", "input"], "attrs": {"relu": False, "exp": 4}},
+                   {"name": "p", "op": "avgpool", "inputs": ["a"]}]}
+
+
+def _bad(path: str, value) -> dict:
+    obj = copy.deepcopy(GOOD)
+    *keys, last = path.split("/")
+    node = obj
+    for k in keys:
+        node = node[int(k)] if k.isdigit() else node[k]
+    node[int(last) if last.isdigit() else last] = value
+    return obj
+
+
+@pytest.mark.parametrize("obj,words", [
+    ([], "not a JSON object"),
+    (_bad("input/shape", [1, 16, 4]), "input must have"),
+    (_bad("input/exp", "5"), "input must have"),
+    (_bad("layers", []), "non-empty list"),
+    (_bad("layers/1/name", "c"), "repeated name"),
+    (_bad("layers/1/name", "input"), "repeated name"),
+    (_bad("layers/1/op", "exec"), "unknown op"),
+    (_bad("layers/1/inputs", ["c", "p"]), "earlier layer"),
+    (_bad("layers/1/inputs", ["c"]), "two earlier"),
+    (_bad("layers/1/device", "vta"), "bad device"),
+    (_bad("layers/0/attrs/shift", 40), "bad shift"),
+    (_bad("layers/0/attrs/stride", [0, 1]), "stride"),
+    (_bad("layers/0/attrs/pad", [-1, 1]), "pad"),
+    (_bad("layers/0/attrs/relu", 1), "relu"),
+    (_bad("layers/0/attrs/exp", 10**9), "exp"),
+    (_bad("layers/0/attrs", "x"), "attrs must be an object"),
+    (_bad("outputs", ["nowhere"]), "outputs must name layers"),
+])
+def test_hostile_graphs_are_refused_with_what_is_wrong(obj, words):
+    with pytest.raises(ExportError, match=words):
+        Graph.from_json(obj)
+
+
+def test_a_graph_runs_in_int8_with_its_residual_add():
+    g = Graph.from_json(GOOD)
+    rng = np.random.default_rng(0)
+    arrays = {"c.weight": rng.integers(-20, 20, (16, 16, 3, 3), dtype=np.int8),
+              "c.bias": rng.integers(-500, 500, 16).astype(np.int32)}
+    x = rng.uniform(-1, 1, (1, 16, 4, 4)).astype(np.float32)
+    run = execute(g, arrays, x)
+    c, inp = run.tensors["c"], run.tensors["input"]
+    assert c.data.dtype == np.int8 and c.data.min() >= 0                     # ReLU fused into the conv
+    a = run.tensors["a"].data.astype(np.int32)
+    expected = np.clip((c.data.astype(np.int32) * 2 + inp.data + 1) >> 1, -128, 127)   # exp 4 + exp 5 -> 4
+    assert np.array_equal(a, expected)
+    assert run.outputs[0].shape == (1, 16, 1, 1) and run.outputs[0].dtype == np.float32
+    with pytest.raises(ExportError, match="input of shape"):
+        execute(g, arrays, x[:, :8])

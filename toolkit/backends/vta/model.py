@@ -1,0 +1,346 @@
+"""Whole models on VTA boards: a PyTorch model quantised to an int8 graph whose convs are VTA programs.
+
+:func:`compile_vta_model` reads the model's float graph (:func:`toolkit.vta.quantize.float_graph`),
+calibrates and quantises it, compiles every conv VTA can run with its requantisation (bias at the
+accumulator scale, the layer's shift, ReLU or not) under its tuned config or, untuned, the largest tiles
+that fit (:func:`default_config`), and writes the package: ``graph.json`` (the int8 graph),
+``weights.npz`` (int8 weights, int32 biases, the float32 classifier; no pickles) and
+``programs/<layer>.vtaprog``. :func:`run_vta_model` loads a package back (every array and program checked)
+and runs it: VTA convs in the simulator in-process (``vta-fsim``) or through the board agent, the other
+layers in numpy here, each inference checked bit for bit against the graph's int8 reference.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolkit.boards import Board, BoardProfile
+from toolkit.errors import ExportError
+from toolkit.tuning.core.space import Config
+from toolkit.vta.config import VTAConfig, get_preset
+from toolkit.vta.graph import INPUT, Execution, Graph, Layer, execute
+from toolkit.workloads import Conv2dWorkload
+
+GRAPH = "graph.json"
+WEIGHTS = "weights.npz"
+PROGRAMS = "programs"
+CALIBRATION_SEED = 0
+CALIBRATION_SYNTHETIC = 16
+"""Inputs drawn (standard normal, seed :data:`CALIBRATION_SEED`) to calibrate on when none are given."""
+MIN_COSINE = 0.99
+"""An int8 model's output agrees with PyTorch's when their cosine similarity is at least this (every input)."""
+
+
+def default_config(wl: Conv2dWorkload, hw: VTAConfig, *, relu: bool = True, shift: int = 8) -> Config:
+    """The untuned config of a model conv: one thread, the largest output tile (then output-channel tile,
+    then input-channel tile) whose program compiles with the model's epilogue (bias, shift, ReLU)."""
+    from toolkit.backends.vta.space import vta_conv2d_space
+    from toolkit.vta.compiler import compile_conv2d
+    from toolkit.vta.errors import VTAError
+
+    space = vta_conv2d_space(wl, hw)
+    candidates = []
+    for i in range(len(space)):
+        c = space.get(i)
+        v = c.values
+        if v["oc_nthread"] == 1 and v["h_nthread"] == 1:
+            candidates.append((-(v["tile_h"][-1] * v["tile_w"][-1]), -v["tile_co"][-1], -v["tile_ci"][-1],
+                               -v["tile_b"][-1], i, c))
+    for *_, c in sorted(candidates, key=lambda t: t[:5]):
+        try:
+            compile_conv2d(wl, c.values, hw, bias=True, acc_bias=True, shift=shift, relu=relu)
+            return c
+        except VTAError:
+            continue
+    raise ExportError(f"{wl.spec()}: no config of VTA {hw.bitstream} runs this conv; keep it on the CPU")
+
+
+@dataclass
+class VTAConv:
+    """A conv the export runs on VTA: its layer, workload and config (``why``: how the config was chosen)."""
+
+    layer: Layer
+    workload: Conv2dWorkload
+    config: Config
+    why: str
+
+
+def compile_vta_model(program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]], folder: Path, *,
+                      calibration: np.ndarray | None = None, progress: Any = None
+                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """Quantise ``program`` on ``calibration`` (``None``: :data:`CALIBRATION_SYNTHETIC` synthetic inputs) and
+    write the package into ``folder``; ``convs`` (graph order: module, template or ``None`` for the CPU, config)
+    say which convs VTA runs and with which config (a model none of whose convs VTA runs is refused). Returns (files by role, conv module -> layer name, the
+    manifest's extra model keys)."""
+    from toolkit.vta.compiler import compile_conv2d
+    from toolkit.vta.errors import VTAError
+    from toolkit.vta.quantize import conv_workload, float_graph, quantize, vta_refusal
+
+    hw = get_preset(profile.vta["preset"])
+    placeholder = next(n for n in program.graph.nodes if n.op == "placeholder"
+                       and n.name in [str(i) for i in program.graph_signature.user_inputs])
+    input_shape = tuple(int(d) for d in placeholder.meta["val"].shape)
+    if progress is not None:
+        progress("the int8 graph (calibration)")
+    fm = float_graph(program, input_shape)
+    if calibration is None:
+        calib = np.random.default_rng(CALIBRATION_SEED).standard_normal(
+            (CALIBRATION_SYNTHETIC * input_shape[0], *input_shape[1:])).astype(np.float32)
+        calib_info = {"source": "synthetic", "inputs": CALIBRATION_SYNTHETIC, "seed": CALIBRATION_SEED,
+                      "note": "standard-normal inputs: exponents fit to them, not to real data; pass --calibrate "
+                              "with inputs like the model's for a faithful int8 model"}
+    else:
+        calib = np.asarray(calibration, dtype=np.float32)
+        calib_info = {"source": "given", "inputs": int(calib.shape[0] // max(1, input_shape[0])),
+                      "sha256": _digest(calib)}
+    q = quantize(fm, calib)
+    conv_layers = [layer for layer in q.graph.layers if layer.op == "conv"]
+    if len(conv_layers) != len(convs):
+        raise ExportError(f"the model's graph has {len(conv_layers)} convs where its trace found {len(convs)}; "
+                          "VTA exports take models of plain 2-D convs")
+    if all(template is None for _, template, _ in convs):
+        why = [f"{layer.name}: {vta_refusal(conv_workload(q, layer), layer.attrs['groups'], hw) or 'not plain'}"
+               for layer in conv_layers]
+        raise ExportError(f"no conv of the model can run on VTA ({'; '.join(why[:3])}{' ...' if len(why) > 3 else ''}"
+                          "); export it for a CPU board (-b local)")
+    (folder / PROGRAMS).mkdir()
+    files = {"model": GRAPH, "weights": WEIGHTS}
+    kernels: dict[str, str] = {}
+    layers_info = []
+    for layer, (module, template, config) in zip(conv_layers, convs):
+        wl = conv_workload(q, layer)
+        kernels[module] = layer.name
+        if template is None:
+            layers_info.append({"layer": layer.name, "device": "cpu"})
+            continue
+        layer.device = "vta"
+        if progress is not None:
+            progress(f"VTA program of {layer.name}")
+        a = layer.attrs
+        epilogue = {"bias": True, "acc_bias": True, "shift": a["shift"], "relu": a["relu"]}
+        why = ""
+        try:
+            compiled = compile_conv2d(wl, config.values, hw, **epilogue)
+        except VTAError as exc:
+            config = default_config(wl, hw, relu=a["relu"], shift=a["shift"])
+            why = f"config #{config.index} (largest tiles that fit): the tuned one does not fit the bias ({exc})"
+            compiled = compile_conv2d(wl, config.values, hw, **epilogue)
+        rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
+        if rel in files.values():
+            raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
+        (folder / rel).write_bytes(compiled.program.to_bytes())
+        files[f"program:{layer.name}"] = rel
+        layers_info.append({"layer": layer.name, "device": "vta", "program": rel, "config_index": config.index,
+                            "config": config.values, "note": why,
+                            "instructions": len(compiled.program.insns)})
+    (folder / GRAPH).write_text(json.dumps(q.graph.to_json(), indent=1) + "\n")
+    buf = io.BytesIO()
+    np.savez(buf, **q.arrays)
+    (folder / WEIGHTS).write_bytes(buf.getvalue())
+    on_vta = sum(1 for i in layers_info if i["device"] == "vta")
+    extra = {"calibration": calib_info, "vta_layers": layers_info,
+             "params": f"int8 weights and int32 biases in {WEIGHTS}; {on_vta} of {len(conv_layers)} convs are VTA "
+                       f"programs in {PROGRAMS}/, the other layers run in numpy on the board's CPU"}
+    return files, kernels, extra
+
+
+@dataclass
+class VTAModel:
+    """A loaded package: the graph, its arrays, each VTA conv's program and packed weights and bias."""
+
+    graph: Graph
+    arrays: dict[str, np.ndarray]
+    hw: VTAConfig
+    programs: dict[str, Any]
+    packed: dict[str, dict[str, np.ndarray]]
+
+
+def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]) -> VTAModel:
+    """Read a package back; :class:`ExportError` naming what is wrong (the files are hashed already)."""
+    from toolkit.vta.config import VTAConfig
+    from toolkit.vta.errors import VTAError
+    from toolkit.vta.program import Program
+    from toolkit.vta.reference import pack_bias, pack_weight
+
+    files = model["files"]
+    where = str(folder / files["model"])
+    try:
+        graph = Graph.from_json(json.loads((folder / files["model"]).read_text()), where)
+    except (ValueError, UnicodeDecodeError):
+        raise ExportError(f"{where} is not JSON; re-export the model") from None
+    hw = VTAConfig.from_json(hardware)
+    arrays = _load_arrays(folder / files.get("weights", WEIGHTS))
+    programs: dict[str, Any] = {}
+    packed: dict[str, dict[str, np.ndarray]] = {}
+    shapes = _check_arrays(graph, arrays)
+    for layer in graph.layers:
+        if layer.device != "vta":
+            continue
+        rel = files.get(f"program:{layer.name}")
+        if rel is None:
+            raise ExportError(f"{where}: VTA layer {layer.name} has no program file; re-export the model")
+        try:
+            prog = Program.load(folder / rel)
+        except VTAError as exc:
+            raise ExportError(f"{rel}: {exc}") from None
+        if prog.hw.to_json() != hw.to_json():
+            raise ExportError(f"{rel} is built for VTA {prog.hw.bitstream}, the export for {hw.bitstream}; "
+                              "re-export the model")
+        w, b = arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"]
+        n = shapes[layer.inputs[0]][0]
+        try:
+            packed[layer.name] = {"wgt": pack_weight(w, hw), "bias": pack_bias(b, hw, batch=n)}
+        except (ValueError, VTAError) as exc:
+            raise ExportError(f"{where}: layer {layer.name} does not fit VTA's blocks ({exc}); re-export") from None
+        for region, arr in (("inp", None), *packed[layer.name].items()):
+            if region in prog.regions and arr is not None and tuple(prog.regions[region].shape) != arr.shape:
+                raise ExportError(f"{rel}: its {region} region is {list(prog.regions[region].shape)}, the layer's "
+                                  f"{list(arr.shape)}; re-export the model")
+        programs[layer.name] = prog
+    return VTAModel(graph, arrays, hw, programs, packed)
+
+
+def _load_arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ExportError(f"{path} is not a numpy .npz of plain arrays ({str(exc)[:80]}); re-export the model") \
+            from None
+
+
+def _check_arrays(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """Every array a layer needs, of its dtype and a shape that fits its input; each tensor's shape."""
+    shapes: dict[str, tuple[int, ...]] = {INPUT: tuple(graph.input_shape)}
+
+    def array(name: str, dtype: str, ndim: int) -> np.ndarray:
+        a = arrays.get(name)
+        if a is None or a.dtype != np.dtype(dtype) or a.ndim != ndim or not a.size:
+            raise ExportError(f"the model's weights lack {name} ({dtype}, {ndim}-D); re-export the model")
+        return a
+
+    for layer in graph.layers:
+        s = shapes[layer.inputs[0]]
+        at, name = layer.attrs, layer.name
+        if layer.op == "conv":
+            int_graph = len(s) == 4
+            w, b = array(f"{name}.weight", "int8", 4), array(f"{name}.bias", "int32", 1)
+            (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], at["stride"], at["pad"]
+            if not int_graph or w.shape[1] * at["groups"] != s[1] or w.shape[0] % at["groups"] or b.shape[0] != \
+                    w.shape[0] or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
+                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
+                                  "re-export the model")
+            shapes[name] = (s[0], w.shape[0], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
+        elif layer.op == "add":
+            if shapes[layer.inputs[1]] != s:
+                raise ExportError(f"layer {name} adds tensors of shapes {list(s)} and "
+                                  f"{list(shapes[layer.inputs[1]])}; re-export the model")
+            shapes[name] = s
+        elif layer.op == "maxpool":
+            (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["pad"]
+            if len(s) != 4 or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
+                raise ExportError(f"layer {name}: pooling window larger than its input; re-export the model")
+            shapes[name] = (s[0], s[1], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
+        elif layer.op == "avgpool":
+            if len(s) != 4:
+                raise ExportError(f"layer {name} pools a {len(s)}-D tensor; re-export the model")
+            shapes[name] = (s[0], s[1], 1, 1)
+        elif layer.op == "flatten":
+            shapes[name] = (s[0], int(np.prod(s[1:])))
+        elif layer.op == "linear":
+            w, b = array(f"{name}.weight", "float32", 2), array(f"{name}.bias", "float32", 1)
+            if int(np.prod(s[1:])) != w.shape[1] or b.shape[0] != w.shape[0]:
+                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
+                                  "re-export the model")
+            shapes[name] = (s[0], w.shape[0])
+        else:
+            shapes[name] = s
+    return shapes
+
+
+@dataclass
+class VTAModelRun:
+    """Inferences of a VTA model: outputs per input, latency per inference (VTA layers' seconds from the
+    device: modelled by the simulator, measured on an FPGA; the rest measured here), per-layer seconds of
+    the last inference, and whether every tensor equalled the int8 reference."""
+
+    outputs: list[list[np.ndarray]]
+    costs: list[float]
+    layers: list[dict[str, Any]]
+    bit_exact: bool
+    mismatch: str = ""
+
+
+def run_vta_model(vm: VTAModel, board: Board, inputs: Sequence[np.ndarray], runner: Any = None) -> VTAModelRun:
+    """Run every input through ``vm`` on ``board`` (the in-process simulator for a simulator board without an
+    agent, else ``runner``'s board agent, one call per VTA layer)."""
+    from toolkit.backends.vta.rpc_runner import run_on_agent
+    from toolkit.vta.errors import VTAError
+    from toolkit.vta.sim import simulate
+
+    def on_vta(layer: Layer, packed_input: np.ndarray) -> tuple[np.ndarray, float]:
+        prog = vm.programs[layer.name]
+        named = {"inp": packed_input, **vm.packed[layer.name]}
+        shape = tuple(prog.regions["out"].shape)
+        if runner is None:
+            try:
+                res = simulate(prog, named)
+            except VTAError as exc:
+                raise ExportError(f"layer {layer.name} failed in the simulator: {exc}") from None
+            return np.asarray(res.outputs["out"]).reshape(shape), float(res.seconds)
+        out, seconds = run_on_agent(board, prog.to_bytes(), named, shape, 1, runner)
+        return out["out"], seconds
+
+    outputs, costs, last = [], [], None
+    bit_exact, mismatch = True, ""
+    for x in inputs:
+        run = execute(vm.graph, vm.arrays, x, vta=on_vta, hw=vm.hw)
+        ref = execute(vm.graph, vm.arrays, x, hw=vm.hw)
+        if bit_exact:
+            bad = _first_difference(run, ref, vm)
+            bit_exact, mismatch = bad is None, bad or ""
+        outputs.append(run.outputs)
+        costs.append(run.latency_s())
+        last = run
+    layers = [{"layer": layer.name, "op": layer.op, "device": layer.device, "seconds": last.seconds[layer.name]}
+              for layer in vm.graph.layers] if last is not None else []
+    return VTAModelRun(outputs, costs, layers, bit_exact, mismatch)
+
+
+def _first_difference(run: Execution, ref: Execution, vm: VTAModel) -> str | None:
+    for layer in vm.graph.layers:
+        got, want = run.tensors[layer.name], ref.tensors[layer.name]
+        if not np.array_equal(got.nchw(vm.hw), want.nchw(vm.hw)):
+            return f"layer {layer.name} ({layer.device}) differs from the int8 reference"
+    return None
+
+
+def agreement(outputs: list[list[np.ndarray]], reference: list[list[np.ndarray]]) -> dict[str, Any]:
+    """Top-1 agreement and cosine similarity of the first output against the float model's, over the inputs."""
+    top1, cosines = [], []
+    for got, want in zip(outputs, reference):
+        g, w = got[0].reshape(got[0].shape[0], -1).astype(np.float64), want[0].reshape(want[0].shape[0], -1)
+        top1.extend((g.argmax(1) == w.argmax(1)).tolist())
+        for gi, wi in zip(g, w):
+            denom = float(np.linalg.norm(gi) * np.linalg.norm(wi))
+            cosines.append(float(gi @ wi) / denom if denom else float(np.array_equal(gi, wi)))
+    return {"top1_agreement": float(np.mean(top1)), "cosine_min": min(cosines), "cosine_mean": float(np.mean(cosines)),
+            "samples": len(top1)}
+
+
+def _digest(a: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def _file_stem(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:120]
