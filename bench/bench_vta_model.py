@@ -8,7 +8,7 @@ For each VTA preset (``pynq``: board ``vta-fsim``; ``zcu102``: ``vta-fsim --vta-
 
 * **TVM fallback**: every VTA conv compiled with AutoTVM's config 0 (what TVM's VTA flow runs for a conv without a
   tophub or log record) and the model's epilogue, its time from the simulator's timing model;
-* **edgetune untuned**: ``export --model`` with no log, then ``run`` (convs on VTA in the simulator, the first conv,
+* **edgetune untuned**: ``export --model`` with no log, then ``run`` on five inputs (convs on VTA in the simulator, the first conv,
   pooling, residual adds and the classifier in numpy on this host), checked bit for bit and against PyTorch;
 * **edgetune tuned**: ``tune --model`` with the default tuner, ``--trials-per-task`` trials per VTA conv shape (the
   log under ``bench/out/vta_model/``, reused when present), then ``export --model --log`` and ``run``.
@@ -27,12 +27,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "vta_model"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Whole models on VTA (ResNet-18, int8)"
 SHAPE = (1, 3, 224, 224)
 PRESETS = {"pynq": "pynq-z1", "zcu102": "zcu102"}
+RUNS = 5
+"""Inputs each export runs (seeded standard normal): the CPU time is the median over them."""
 
 
 def _tune(preset: str, trials: int) -> tuple[Path, float, int]:
@@ -138,14 +142,63 @@ def _export_and_run(preset: str, log: Path | None, name: str) -> dict[str, Any]:
     started = time.perf_counter()
     export_model("resnet18", out, PRESETS[preset], logs=[log] if log else [], input_shape=SHAPE, force=True)
     export_s = time.perf_counter() - started
-    run = load_export(out).run_model(with_vta_preset(resolve_board("vta-fsim"), preset), check=True,
-                                     per_layer=True)
+    x = np.random.default_rng(1).standard_normal((RUNS, *SHAPE[1:])).astype(np.float32)
+    run = load_export(out).run_model(with_vta_preset(resolve_board("vta-fsim"), preset), x, check=True)
     d = run.details
-    return {"export": str(out.relative_to(ROOT)), "export_s": export_s, "latency_ms": run.latency_s * 1e3, "vta_ms": d["vta_ms"],
-            "cpu_ms": d["cpu_ms"], "bit_exact": d["bit_exact"], "correct": run.correct,
+    return {"export": str(out.relative_to(ROOT)), "export_s": export_s, "latency_ms": run.latency_s * 1e3,
+            "vta_ms": d["vta_ms"], "cpu_ms": run.latency_s * 1e3 - d["vta_ms"], "bit_exact": d["bit_exact"], "correct": run.correct,
             "cosine": d["pytorch"]["cosine_min"], "top1": d["pytorch"]["top1_agreement"],
             "schedules": [c["schedule"] for c in load_export(out).manifest.model["convs"]],
             "fell_back": sum(bool(v.get("note")) for v in load_export(out).manifest.model["vta_layers"])}
+
+
+def _emulated(export: Path) -> dict[str, Any]:
+    """Run ``export`` (a ZCU102 export) on an emulated ZCU102 (aarch64 under qemu-user, the agent with the
+    simulated device, reached over SSH), as ``edgetune run`` does it: one agent call per run."""
+    import os
+    import socket
+    import subprocess
+    import tempfile
+
+    from toolkit.testing import emulated_board as emu
+
+    if emu.skip_reason():
+        return {"skipped": emu.skip_reason()}
+    image = emu.build_image(say=lambda m: print(m, file=sys.stderr, flush=True))
+    with tempfile.TemporaryDirectory(prefix="edgetune-bench-") as tmp:
+        home = Path(tmp)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(home / "state"),
+               "XDG_CONFIG_HOME": str(home / "config"), "EDGETUNE_INVENTORY": str(home / "inventory.toml"),
+               "EDGETUNE_KNOWN_HOSTS": str(home / "known_hosts"), "EDGETUNE_SSH_CONFIG": str(home / "none")}
+        env.pop("SSH_AUTH_SOCK", None)
+
+        def cli(*args: Any, ok: bool = True) -> subprocess.CompletedProcess:
+            r = subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], env=env, capture_output=True,
+                               text=True, timeout=3600)
+            if ok and r.returncode != 0:
+                raise SystemExit(f"edgetune {' '.join(map(str, args))} failed: {r.stderr.strip()[-400:]}")
+            return r
+
+        board = emu.start_board(image)
+        try:
+            (home / "known_hosts").write_text(board.known_hosts_line)
+            cli("board", "add", "zcu", "--type", "zcu102", "--host", board.address, "--user", "root", "--key",
+                board.client_key)
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            cli("tracker", "start", "--port", port)
+            cli("board", "provision", "zcu", "--system-site-packages", "--executor", "fsim")
+            started = time.perf_counter()
+            run = json.loads(cli("run", export, "--board", "zcu", "--check", "--json", "--timeout", "600").stdout)
+            wall = time.perf_counter() - started
+        finally:
+            cli("board", "stop", "zcu", ok=False)
+            cli("tracker", "stop", ok=False)
+            board.stop()
+    d = run["details"]
+    return {"vta_ms": d["vta_ms"], "cpu_ms": d["cpu_ms"], "latency_ms": run["latency_ms"],
+            "bit_exact": d["bit_exact"], "correct": run["correct"], "wall_s": wall}
 
 
 def _markdown(results: dict[str, Any]) -> str:
@@ -170,13 +223,25 @@ def _markdown(results: dict[str, Any]) -> str:
                      f"edgetune tuned ({r['trials']} trials, {r['tune_wall_s'] / 60:.1f} min)")
             lines.append(f"| {preset} | {label} | {v['vta_ms']:.1f} | {v['cpu_ms']:.1f} | {v['latency_ms']:.1f} | "
                          f"{fb / v['vta_ms']:.1f}x | {v['cosine']:.4f} | {v['top1']:.0%} |")
+    for preset, r in results["presets"].items():
+        e = r.get("emulated")
+        if e and "skipped" not in e:
+            lines.append(f"| {preset} | edgetune tuned, on an emulated ZCU102 (aarch64 under qemu-user) | "
+                         f"{e['vta_ms']:.1f} | {e['cpu_ms']:.1f} | {e['latency_ms']:.1f} | - | - | - |")
     fell = {p: r["tuned"]["fell_back"] for p, r in results["presets"].items() if r.get("tuned")}
     lines += ["", "19 of ResNet-18's 20 convs run on VTA; the first (3 input channels) stays on the CPU. The tuned "
               "configs were tuned without the bias and compiled with it; one that leaves no accumulator room for "
               "the bias falls back to the untuned config (the manifest says which; here: "
-              + ", ".join(f"{n} on {p}" for p, n in fell.items()) + "). The CPU column is one inference timed "
-              "once; between runs on this machine it varies by about a third, the VTA column not at all (a model).",
+              + ", ".join(f"{n} on {p}" for p, n in fell.items()) + "). The latency is the median over "
+              f"{RUNS} inputs, the CPU column that minus the VTA time (the VTA time is the same for every input: "
+              "a model).",
               ""]
+    if any(r.get("emulated") for r in results["presets"].values()):
+        lines += ["The emulated ZCU102 row runs the tuned export through `edgetune run --board` on an emulated board "
+                  "(docs/boards.md): the whole model in one call of the board agent, its VTA layers in the agent's "
+                  "simulated device (modelled time, the same as above), the CPU layers in numpy on aarch64 Python "
+                  "under qemu-user. That CPU time is emulation time on this x86 machine, not a ZCU102's Cortex-A53 "
+                  "time.", ""]
     for preset, r in results["presets"].items():
         e = r.get("epilogue")
         if e:
@@ -192,6 +257,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="pynq,zcu102")
     parser.add_argument("--trials-per-task", type=int, default=32, help="0: no tuned export")
+    parser.add_argument("--emulated", action="store_true",
+                        help="also run the tuned ZCU102 export on an emulated ZCU102 (needs root, as make test-emulated)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--doc-only", action="store_true", help="rewrite the docs section from results.json")
     args = parser.parse_args()
@@ -212,6 +279,9 @@ def main() -> None:
             r.update(trials=budget, tune_wall_s=wall, tuned=_export_and_run(preset, log, f"resnet18-{preset}-tuned"))
             r["epilogue"] = _epilogue_effect(ROOT / r["tuned"]["export"], log)
             print(f"{preset}: tuned {r['tuned']}", flush=True)
+        if args.emulated and preset == "zcu102" and r.get("tuned"):
+            r["emulated"] = _emulated(ROOT / r["tuned"]["export"])
+            print(f"{preset}: emulated board {r['emulated']}", flush=True)
         results["presets"][preset] = r
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     if args.write_docs:

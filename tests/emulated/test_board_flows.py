@@ -145,6 +145,16 @@ def test_zcu102_agent_and_register_driver_on_aarch64_tune_and_run_bit_exact(boar
         _ok("export", "--log", log, "--out", out_dir, "--board", "zcu")
         result = json.loads(_ok("run", out_dir, "--board", "zcu", "--json").stdout)
         assert all(k["correct"] for k in result["results"]) and "bit-exact" in json.dumps(result), result
+        # a whole int8 model in one agent call: its VTA convs on the board's device, the rest in numpy on aarch64
+        model = tmp_path / "vtanet.py"
+        model.write_text(VTA_MODEL)
+        _ok("export", "--model", f"{model}:make", "--input-shape", "1,3,8,8", "--board", "zcu", "--out",
+            tmp_path / "model")
+        run = json.loads(_ok("run", tmp_path / "model", "--board", "zcu", "--check", "--per-layer", "--json").stdout)
+        d = run["details"]
+        assert run["correct"] is True and d["bit_exact"] is True, run
+        assert d["vta_seconds"] == d["cpu_seconds"] == "measured on the board" and d["cpu_ms"] > 0
+        assert [r["device"] for r in d["layers"] if r["op"] == "conv"] == ["cpu", "vta", "vta"]
         agent = _on_board("zcu", "ps -eo args | grep toolkit.rpc.agent | grep -v grep")
         assert "--executor fsim" in agent and "--vta-config zcu102" in agent
         assert "aarch64" in _on_board("zcu", "uname -m")
@@ -152,6 +162,18 @@ def test_zcu102_agent_and_register_driver_on_aarch64_tune_and_run_bit_exact(boar
         _cli("board", "stop", "zcu")
         _ok("tracker", "stop")
 
+
+VTA_MODEL = '''
+import torch
+from torch import nn
+
+
+def make():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(16, 16, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(16, 4)).eval()
+'''
 
 MODEL = '''
 import torch

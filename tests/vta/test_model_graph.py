@@ -116,3 +116,56 @@ def test_a_graph_runs_in_int8_with_its_residual_add():
     assert run.outputs[0].shape == (1, 16, 1, 1) and run.outputs[0].dtype == np.float32
     with pytest.raises(ExportError, match="input of shape"):
         execute(g, arrays, x[:, :8])
+
+
+def _vta_package():
+    from toolkit.vta.graph import to_package
+
+    obj = copy.deepcopy(GOOD)
+    obj["layers"][0]["device"] = "vta"
+    g = Graph.from_json(obj)
+    rng = np.random.default_rng(1)
+    arrays = {"c.weight": rng.integers(-20, 20, (16, 16, 3, 3), dtype=np.int8),
+              "c.bias": rng.integers(-500, 500, 16).astype(np.int32)}
+    wl = parse_workload("conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1")
+    program = compile_conv2d(wl, default_config(wl, HW).values, HW, bias=True, acc_bias=True, shift=6,
+                             relu=True).program
+    return g, arrays, to_package(g, arrays, {"c": program.to_bytes()}, HW.to_json())
+
+
+def test_a_packaged_model_runs_bit_exact_through_a_program_runner():
+    """What the board agent's edgetune.vta.run_model does, with the simulator as the device."""
+    from toolkit.vta.graph import run_package, tensor_digests
+    from toolkit.vta.program import Program
+    from toolkit.vta.sim import simulate
+
+    g, arrays, package = _vta_package()
+    calls = []
+
+    def run_program(program: bytes, named: dict) -> tuple[np.ndarray, float]:
+        calls.append(sorted(named))
+        res = simulate(Program.from_bytes(program), named)
+        return res.outputs["out"], res.seconds
+
+    x = np.random.default_rng(2).uniform(-1, 1, (3, 16, 4, 4)).astype(np.float32)
+    outputs, seconds, digests = run_package(package, x, run_program)
+    assert calls == [["bias", "inp", "wgt"]] * 3 and all(s["c"] > 0 for s in seconds)
+    for i in range(3):
+        ref = execute(g, arrays, x[i:i + 1])
+        assert digests[i] == tensor_digests(ref, HW) and np.array_equal(outputs[i][0], ref.outputs[0])
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda p: p.pop("program:c"), "no program for VTA layer c"),
+    (lambda p: p.update(graph=np.frombuffer(b"{not json", np.uint8)), "not JSON"),
+    (lambda p: p.pop("hardware"), "no hardware"),
+    (lambda p: p.update({"array:c.weight": np.zeros((16, 8, 3, 3), np.int8)}), "do not fit its input"),
+    (lambda p: p.update({"array:c.bias": np.zeros(16, np.float32)}), "lack c.bias"),
+])
+def test_hostile_packages_are_refused_with_what_is_wrong(change, words):
+    from toolkit.vta.graph import run_package
+
+    package = _vta_package()[2]
+    change(package)
+    with pytest.raises(ExportError, match=words):
+        run_package(package, np.zeros((1, 16, 4, 4), np.float32), lambda *a: None)

@@ -216,8 +216,8 @@ def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, outp
     lo, hi = min(result.costs), max(result.costs)
     d = result.details
     measured = (f"{options.repeat} runs of {options.number} (min {options.min_repeat_ms:g} ms each)" if not d else
-                f"last input: VTA {d['vta_ms']:.4f} ms ({d['vta_seconds']}) + CPU {d['cpu_ms']:.4f} ms (measured here, "
-                "numpy)")
+                f"last input: VTA {d['vta_ms']:.4f} ms ({d['vta_seconds']}) + CPU {d['cpu_ms']:.4f} ms "
+                f"({d['cpu_seconds']}, numpy)")
     rows = [("latency (median)", _ms(result.latency_s)), ("spread", f"{_ms(lo)} .. {_ms(hi)}"),
             ("measured", measured),
             ("inputs run", str(len(result.outputs))),

@@ -15,6 +15,9 @@ what else TVM's RPC server offers every client):
   (one entry per run), ``__counters__`` (JSON) and ``__board__``; a failing program returns
   ``__error__`` (its message) instead, so a raised RPC error always means a lost board.
   The executor is the FPGA driver on Pynq-class boards and the simulator on ``vta-fsim`` boards.
+- ``edgetune.vta.run_model(package, inputs) -> bytes``: run a whole int8 model (an export's graph, arrays and
+  VTA programs in one ``.npz``) on every input, its VTA layers on the executor and the rest in numpy on the
+  board, all in one call; returns the outputs, each layer's seconds and a crc32 of every int8 tensor.
 
 This module only needs the standard library, numpy and TVM on the board (plus the VTA simulator
 modules for ``--executor fsim`` and ``pynq`` for ``--executor fpga``).
@@ -93,7 +96,42 @@ def vta_run(program: Any, inputs: Any, repeat: int = 1) -> bytearray:
     return bytearray(buf.getvalue())
 
 
-FUNCTIONS = {"edgetune.health": health, "edgetune.board_info": board_info, "edgetune.vta.run": vta_run}
+def vta_run_model(package: Any, inputs: Any) -> bytearray:
+    """Run a whole int8 model (``.npz`` of :func:`toolkit.vta.graph.to_package`) on every input of ``inputs`` (an
+    ``.npz`` of ``x``, inputs stacked on axis 0): its VTA layers on this board's executor, the other layers in
+    numpy here. Returns an ``.npz`` of ``out{i}_{k}`` (output ``k`` of input ``i``), ``__seconds__`` (inputs x
+    layers), ``__layers__`` and ``__digests__`` (JSON: layer names; crc32 of every int8 tensor per input) and
+    ``__board__``; a model that fails returns ``__error__``."""
+    import numpy as np
+
+    from toolkit.vta.graph import run_package
+
+    def run_program(program: bytes, named: dict[str, Any]) -> tuple[Any, float]:
+        result = _executor().run(program, named, 1)
+        return result.outputs["out"], float(np.mean(result.seconds))
+
+    buf = io.BytesIO()
+    board = np.frombuffer(str(_SETTINGS.get("name")).encode(), dtype=np.uint8)
+    try:
+        with np.load(io.BytesIO(bytes(package)), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        with np.load(io.BytesIO(bytes(inputs)), allow_pickle=False) as npz:
+            x = npz["x"]
+        outputs, seconds, digests = run_package(arrays, x, run_program)
+    except Exception as exc:  # noqa: BLE001 - a failing model is a result, not a lost board
+        message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        np.savez(buf, __error__=np.frombuffer(message.encode(), dtype=np.uint8), __board__=board)
+        return bytearray(buf.getvalue())
+    layers = list(seconds[0])
+    np.savez(buf, __board__=board, __seconds__=np.asarray([[s[n] for n in layers] for s in seconds]),
+             __layers__=np.frombuffer(json.dumps(layers).encode(), dtype=np.uint8),
+             __digests__=np.frombuffer(json.dumps(digests).encode(), dtype=np.uint8),
+             **{f"out{i}_{k}": o for i, outs in enumerate(outputs) for k, o in enumerate(outs)})
+    return bytearray(buf.getvalue())
+
+
+FUNCTIONS = {"edgetune.health": health, "edgetune.board_info": board_info, "edgetune.vta.run": vta_run,
+             "edgetune.vta.run_model": vta_run_model}
 """What the agent adds to TVM's RPC server: what tuning and ``edgetune run`` need, nothing more (the
 bitstream is loaded once, at start, from the path provisioning uploaded; no function writes files)."""
 

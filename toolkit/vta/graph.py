@@ -26,7 +26,9 @@ convs call ``vta(layer, packed_input)``. Board-side code needs only numpy and th
 
 from __future__ import annotations
 
+import json
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +122,56 @@ class Graph:
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
+
+
+def check_arrays(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """Every array a layer needs, of its dtype and a shape that fits its input (:class:`ExportError` saying
+    which does not); each tensor's shape."""
+    shapes: dict[str, tuple[int, ...]] = {INPUT: tuple(graph.input_shape)}
+
+    def array(name: str, dtype: str, ndim: int) -> np.ndarray:
+        a = arrays.get(name)
+        if a is None or a.dtype != np.dtype(dtype) or a.ndim != ndim or not a.size:
+            raise ExportError(f"the model's weights lack {name} ({dtype}, {ndim}-D); re-export the model")
+        return a
+
+    for layer in graph.layers:
+        s = shapes[layer.inputs[0]]
+        at, name = layer.attrs, layer.name
+        if layer.op == "conv":
+            int_graph = len(s) == 4
+            w, b = array(f"{name}.weight", "int8", 4), array(f"{name}.bias", "int32", 1)
+            (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], at["stride"], at["pad"]
+            if not int_graph or w.shape[1] * at["groups"] != s[1] or w.shape[0] % at["groups"] or b.shape[0] != \
+                    w.shape[0] or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
+                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
+                                  "re-export the model")
+            shapes[name] = (s[0], w.shape[0], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
+        elif layer.op == "add":
+            if shapes[layer.inputs[1]] != s:
+                raise ExportError(f"layer {name} adds tensors of shapes {list(s)} and "
+                                  f"{list(shapes[layer.inputs[1]])}; re-export the model")
+            shapes[name] = s
+        elif layer.op == "maxpool":
+            (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["pad"]
+            if len(s) != 4 or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
+                raise ExportError(f"layer {name}: pooling window larger than its input; re-export the model")
+            shapes[name] = (s[0], s[1], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
+        elif layer.op == "avgpool":
+            if len(s) != 4:
+                raise ExportError(f"layer {name} pools a {len(s)}-D tensor; re-export the model")
+            shapes[name] = (s[0], s[1], 1, 1)
+        elif layer.op == "flatten":
+            shapes[name] = (s[0], int(np.prod(s[1:])))
+        elif layer.op == "linear":
+            w, b = array(f"{name}.weight", "float32", 2), array(f"{name}.bias", "float32", 1)
+            if int(np.prod(s[1:])) != w.shape[1] or b.shape[0] != w.shape[0]:
+                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
+                                  "re-export the model")
+            shapes[name] = (s[0], w.shape[0])
+        else:
+            shapes[name] = s
+    return shapes
 
 
 def _int(v: Any) -> bool:
@@ -283,3 +335,82 @@ def maxpool(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pad
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw][:, :, :oh, :ow]
     return win.max(axis=(4, 5))
+
+
+# -- a whole model in one .npz: what the board agent's edgetune.vta.run_model takes --------------------------
+def to_package(graph: Graph, arrays: dict[str, np.ndarray], programs: dict[str, bytes],
+               hardware: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The graph, its arrays, each VTA layer's program and the hardware config as plain arrays (``np.savez``)."""
+    def text(obj: Any) -> np.ndarray:
+        return np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
+
+    return {"graph": text(graph.to_json()), "hardware": text(hardware),
+            **{f"array:{k}": v for k, v in arrays.items()},
+            **{f"program:{k}": np.frombuffer(v, dtype=np.uint8) for k, v in programs.items()}}
+
+
+def from_package(package: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray], dict[str, bytes], Any]:
+    """(graph, arrays, programs, VTA config) of a package, every part checked."""
+    from toolkit.vta.config import VTAConfig
+
+    def text(key: str) -> Any:
+        raw = package.get(key)
+        if raw is None or raw.dtype != np.uint8 or raw.ndim != 1:
+            raise ExportError(f"the model package has no {key}; re-export the model")
+        try:
+            return json.loads(raw.tobytes())
+        except ValueError:
+            raise ExportError(f"the model package's {key} is not JSON; re-export the model") from None
+
+    graph = Graph.from_json(text("graph"), "the model package's graph")
+    hw = VTAConfig.from_json(text("hardware"))
+    arrays = {k.split(":", 1)[1]: v for k, v in package.items() if k.startswith("array:")}
+    programs = {k.split(":", 1)[1]: v.tobytes() for k, v in package.items() if k.startswith("program:")}
+    check_arrays(graph, arrays)
+    missing = [layer.name for layer in graph.layers if layer.device == "vta" and layer.name not in programs]
+    if missing:
+        raise ExportError(f"the model package has no program for VTA layer {missing[0]}; re-export the model")
+    return graph, arrays, programs, hw
+
+
+ProgramCall = Callable[[bytes, dict[str, np.ndarray]], tuple[np.ndarray, float]]
+"""Runs one VTA program on named packed inputs (``inp``, ``wgt``, ``bias``): (packed output, seconds)."""
+
+
+def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program: ProgramCall
+                ) -> tuple[list[list[np.ndarray]], list[dict[str, float]], list[dict[str, int]]]:
+    """Every input of ``inputs`` (stacked on axis 0) through a packaged model, its VTA layers through
+    ``run_program``: (outputs per input, seconds per layer per input, crc32 of every int8 tensor per input)."""
+    from toolkit.vta.program import Program
+    from toolkit.vta.reference import pack_bias, pack_weight
+
+    graph, arrays, programs, hw = from_package(package)
+    n = graph.input_shape[0]
+    if inputs.ndim != 4 or tuple(inputs.shape[1:]) != tuple(graph.input_shape[1:]) or inputs.shape[0] % n:
+        raise ExportError(f"the model takes inputs of shape {list(graph.input_shape)}, got {list(inputs.shape)}")
+    packed = {}
+    for layer in graph.layers:
+        if layer.device == "vta":
+            prog = Program.from_bytes(programs[layer.name])
+            packed[layer.name] = (programs[layer.name], tuple(prog.regions["out"].shape), {
+                "wgt": pack_weight(arrays[f"{layer.name}.weight"], hw),
+                "bias": pack_bias(arrays[f"{layer.name}.bias"], hw, batch=n)})
+
+    def on_vta(layer: Layer, x: np.ndarray) -> tuple[np.ndarray, float]:
+        program, shape, named = packed[layer.name]
+        out, seconds = run_program(program, {"inp": x, **named})
+        return np.asarray(out).reshape(shape), seconds
+
+    outputs, seconds, digests = [], [], []
+    for i in range(0, inputs.shape[0], n):
+        run = execute(graph, arrays, inputs[i:i + n], vta=on_vta, hw=hw)
+        outputs.append(run.outputs)
+        seconds.append(run.seconds)
+        digests.append(tensor_digests(run, hw))
+    return outputs, seconds, digests
+
+
+def tensor_digests(run: Execution, hw: Any) -> dict[str, int]:
+    """crc32 of every int8 tensor of a run (NCHW), by layer: what a board's run is checked against."""
+    return {name: zlib.crc32(np.ascontiguousarray(t.nchw(hw)).tobytes()) for name, t in run.tensors.items()
+            if t.exp is not None}

@@ -17,11 +17,15 @@ channel; or added before the shift, at the accumulator scale), clip as ``min(., 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from toolkit.errors import ConfigError
 from toolkit.vta.config import VTAConfig
-from toolkit.workloads import Conv2dWorkload
+
+if TYPE_CHECKING:
+    from toolkit.workloads import Conv2dWorkload
 
 
 def _blocks(n: int, block: int, what: str) -> int:

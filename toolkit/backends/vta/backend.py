@@ -298,39 +298,46 @@ class VTABackend(Backend):
             f"every conv's shift and ReLU), `{model['files']['weights']}` its arrays (int8 weights, int32 biases at "
             "the accumulator scale, the float32 classifier) and `programs/` the VTA program of each conv VTA "
             "runs; the other layers run in numpy on the board's CPU.\n\n"
-            "```python\nimport json\nfrom pathlib import Path\nimport numpy as np\nfrom toolkit.backends.vta.model import load_vta_model, "
-            "run_vta_model\nfrom toolkit.boards import resolve_board\n"
+            "```python\nimport json\nfrom pathlib import Path\nimport numpy as np\nfrom toolkit.backends.vta.model "
+            "import load_vta_model, run_vta_model\n"
             "m = json.load(open(\"manifest.json\"))\n"
             "vm = load_vta_model(Path(\".\"), m[\"model\"], m[\"hardware\"])\n"
             f"x = np.zeros({tuple(spec['shape'])}, \"float32\")   # the input, NCHW\n"
-            "run = run_vta_model(vm, resolve_board(\"vta-fsim\"), [x])\n"
+            "run = run_vta_model(vm, [x])   # the VTA layers in edgetune's simulator\n"
             "print(run.outputs[0][0].shape, run.bit_exact)\n```\n\n"
-            "Or `edgetune run FOLDER --board BOARD --check`, which also compares the output with the PyTorch "
+            "On a board, `edgetune run FOLDER --board BOARD` sends the graph, arrays and programs to the board "
+            "agent's `edgetune.vta.run_model` in one call: the VTA layers run on its device, the rest in numpy on "
+            "the board. "
+            "`edgetune run FOLDER --board BOARD --check` also compares the output with the PyTorch "
             "model's (top-1 agreement and cosine similarity).\n")
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: Any, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
                   per_layer: bool = False) -> ModelTiming:
-        """Every input through the int8 graph: VTA layers in the simulator (``vta-fsim``) or on the board
-        agent, one call per layer; each inference's latency is the VTA layers' device seconds (modelled in the
-        simulator) plus the CPU layers' seconds measured here."""
-        from toolkit.backends.vta.model import load_vta_model, run_vta_model
+        """Every input through the int8 graph: on ``vta-fsim`` here (VTA layers in the simulator), on a VTA board
+        in one call of its agent (VTA layers on its device, the rest in numpy on the board); each inference's
+        latency is the VTA layers' device seconds (modelled in the simulator) plus the CPU layers' seconds
+        measured where they ran."""
+        from toolkit.backends.vta.model import load_vta_model, run_vta_model, run_vta_model_on_agent
 
         vm = load_vta_model(folder, manifest.model or {}, manifest.hardware or {})
-        runner = None
-        if not (board.profile.executor == "fsim" and board.entry is None):
+        if board.profile.executor == "fsim" and board.entry is None:
+            run, where, cpu_where = run_vta_model(vm, inputs), "modelled by the simulator", "measured here"
+        else:
             runner = self.make_runner(board, tracker=tracker)
             runner.on_wait = on_wait
-        try:
-            run = run_vta_model(vm, board, inputs, runner)
-        finally:
-            if runner is not None:
+            try:
+                run = run_vta_model_on_agent(vm, inputs, runner, board,
+                                             timeout_s=options.timeout_s * max(1, len(inputs)) * 10 + 120)
+            finally:
                 runner.close()
+            where = cpu_where = "measured on the board"
         vta_s = sum(r["seconds"] for r in run.layers if r["device"] == "vta")
         details = {"bit_exact": run.bit_exact, "mismatch": run.mismatch, "vta_ms": vta_s * 1e3,
                    "cpu_ms": (sum(r["seconds"] for r in run.layers) - vta_s) * 1e3,
-                   "vta_seconds": "modelled by the simulator" if runner is None else "measured on the board",
-                   "layers": [{**r, "ms": r.pop("seconds") * 1e3} for r in run.layers] if per_layer else []}
+                   "vta_seconds": where, "cpu_seconds": cpu_where,
+                   "layers": [{**{k: v for k, v in r.items() if k != "seconds"}, "ms": r["seconds"] * 1e3}
+                              for r in run.layers] if per_layer else []}
         kernels = {r["layer"]: r["ms"] / 1e3 for r in details["layers"] if r["op"] == "conv"}
         return ModelTiming(run.outputs, run.costs, kernels, details)
 

@@ -6,8 +6,9 @@ accumulator scale, the layer's shift, ReLU or not) under its tuned config or, un
 that fit (:func:`default_config`), and writes the package: ``graph.json`` (the int8 graph),
 ``weights.npz`` (int8 weights, int32 biases, the float32 classifier; no pickles) and
 ``programs/<layer>.vtaprog``. :func:`run_vta_model` loads a package back (every array and program checked)
-and runs it: VTA convs in the simulator in-process (``vta-fsim``) or through the board agent, the other
-layers in numpy here, each inference checked bit for bit against the graph's int8 reference.
+and runs it: on ``vta-fsim`` in this process (VTA convs in the simulator, the other layers in numpy), on a
+VTA board in one call of its agent (:func:`run_vta_model_on_agent`: VTA convs on its device, the other layers in
+numpy on the board), each inference checked bit for bit against the graph's int8 reference.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ExportError
 from toolkit.tuning.core.space import Config
 from toolkit.vta.config import VTAConfig, get_preset
-from toolkit.vta.graph import INPUT, Execution, Graph, Layer, execute
+from toolkit.vta.graph import Graph, Layer, check_arrays, execute, tensor_digests
 from toolkit.workloads import Conv2dWorkload
 
 GRAPH = "graph.json"
@@ -154,13 +155,15 @@ def compile_vta_model(program: Any, profile: BoardProfile, convs: Sequence[tuple
 
 @dataclass
 class VTAModel:
-    """A loaded package: the graph, its arrays, each VTA conv's program and packed weights and bias."""
+    """A loaded package: the graph, its arrays, each VTA conv's program (and its file's bytes) and packed weights
+    and bias."""
 
     graph: Graph
     arrays: dict[str, np.ndarray]
     hw: VTAConfig
     programs: dict[str, Any]
     packed: dict[str, dict[str, np.ndarray]]
+    raw: dict[str, bytes]
 
 
 def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]) -> VTAModel:
@@ -179,8 +182,9 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
     hw = VTAConfig.from_json(hardware)
     arrays = _load_arrays(folder / files.get("weights", WEIGHTS))
     programs: dict[str, Any] = {}
+    raw: dict[str, bytes] = {}
     packed: dict[str, dict[str, np.ndarray]] = {}
-    shapes = _check_arrays(graph, arrays)
+    shapes = check_arrays(graph, arrays)
     for layer in graph.layers:
         if layer.device != "vta":
             continue
@@ -188,7 +192,8 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
         if rel is None:
             raise ExportError(f"{where}: VTA layer {layer.name} has no program file; re-export the model")
         try:
-            prog = Program.load(folder / rel)
+            raw[layer.name] = (folder / rel).read_bytes()
+            prog = Program.from_bytes(raw[layer.name])
         except VTAError as exc:
             raise ExportError(f"{rel}: {exc}") from None
         if prog.hw.to_json() != hw.to_json():
@@ -205,7 +210,7 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
                 raise ExportError(f"{rel}: its {region} region is {list(prog.regions[region].shape)}, the layer's "
                                   f"{list(arr.shape)}; re-export the model")
         programs[layer.name] = prog
-    return VTAModel(graph, arrays, hw, programs, packed)
+    return VTAModel(graph, arrays, hw, programs, packed, raw)
 
 
 def _load_arrays(path: Path) -> dict[str, np.ndarray]:
@@ -215,55 +220,6 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ExportError(f"{path} is not a numpy .npz of plain arrays ({str(exc)[:80]}); re-export the model") \
             from None
-
-
-def _check_arrays(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
-    """Every array a layer needs, of its dtype and a shape that fits its input; each tensor's shape."""
-    shapes: dict[str, tuple[int, ...]] = {INPUT: tuple(graph.input_shape)}
-
-    def array(name: str, dtype: str, ndim: int) -> np.ndarray:
-        a = arrays.get(name)
-        if a is None or a.dtype != np.dtype(dtype) or a.ndim != ndim or not a.size:
-            raise ExportError(f"the model's weights lack {name} ({dtype}, {ndim}-D); re-export the model")
-        return a
-
-    for layer in graph.layers:
-        s = shapes[layer.inputs[0]]
-        at, name = layer.attrs, layer.name
-        if layer.op == "conv":
-            int_graph = len(s) == 4
-            w, b = array(f"{name}.weight", "int8", 4), array(f"{name}.bias", "int32", 1)
-            (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], at["stride"], at["pad"]
-            if not int_graph or w.shape[1] * at["groups"] != s[1] or w.shape[0] % at["groups"] or b.shape[0] != \
-                    w.shape[0] or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
-                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
-                                  "re-export the model")
-            shapes[name] = (s[0], w.shape[0], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
-        elif layer.op == "add":
-            if shapes[layer.inputs[1]] != s:
-                raise ExportError(f"layer {name} adds tensors of shapes {list(s)} and "
-                                  f"{list(shapes[layer.inputs[1]])}; re-export the model")
-            shapes[name] = s
-        elif layer.op == "maxpool":
-            (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["pad"]
-            if len(s) != 4 or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
-                raise ExportError(f"layer {name}: pooling window larger than its input; re-export the model")
-            shapes[name] = (s[0], s[1], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
-        elif layer.op == "avgpool":
-            if len(s) != 4:
-                raise ExportError(f"layer {name} pools a {len(s)}-D tensor; re-export the model")
-            shapes[name] = (s[0], s[1], 1, 1)
-        elif layer.op == "flatten":
-            shapes[name] = (s[0], int(np.prod(s[1:])))
-        elif layer.op == "linear":
-            w, b = array(f"{name}.weight", "float32", 2), array(f"{name}.bias", "float32", 1)
-            if int(np.prod(s[1:])) != w.shape[1] or b.shape[0] != w.shape[0]:
-                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
-                                  "re-export the model")
-            shapes[name] = (s[0], w.shape[0])
-        else:
-            shapes[name] = s
-    return shapes
 
 
 @dataclass
@@ -279,46 +235,80 @@ class VTAModelRun:
     mismatch: str = ""
 
 
-def run_vta_model(vm: VTAModel, board: Board, inputs: Sequence[np.ndarray], runner: Any = None) -> VTAModelRun:
-    """Run every input through ``vm`` on ``board`` (the in-process simulator for a simulator board without an
-    agent, else ``runner``'s board agent, one call per VTA layer)."""
-    from toolkit.backends.vta.rpc_runner import run_on_agent
+def run_vta_model(vm: VTAModel, inputs: Sequence[np.ndarray]) -> VTAModelRun:
+    """Run every input through ``vm`` in this process, its VTA layers in the simulator (seconds modelled), each
+    tensor compared with the int8 reference."""
     from toolkit.vta.errors import VTAError
     from toolkit.vta.sim import simulate
 
     def on_vta(layer: Layer, packed_input: np.ndarray) -> tuple[np.ndarray, float]:
         prog = vm.programs[layer.name]
-        named = {"inp": packed_input, **vm.packed[layer.name]}
-        shape = tuple(prog.regions["out"].shape)
-        if runner is None:
-            try:
-                res = simulate(prog, named)
-            except VTAError as exc:
-                raise ExportError(f"layer {layer.name} failed in the simulator: {exc}") from None
-            return np.asarray(res.outputs["out"]).reshape(shape), float(res.seconds)
-        out, seconds = run_on_agent(board, prog.to_bytes(), named, shape, 1, runner)
-        return out["out"], seconds
+        try:
+            res = simulate(prog, {"inp": packed_input, **vm.packed[layer.name]})
+        except VTAError as exc:
+            raise ExportError(f"layer {layer.name} failed in the simulator: {exc}") from None
+        return np.asarray(res.outputs["out"]).reshape(prog.regions["out"].shape), float(res.seconds)
 
     outputs, costs, last = [], [], None
     bit_exact, mismatch = True, ""
     for x in inputs:
         run = execute(vm.graph, vm.arrays, x, vta=on_vta, hw=vm.hw)
-        ref = execute(vm.graph, vm.arrays, x, hw=vm.hw)
         if bit_exact:
-            bad = _first_difference(run, ref, vm)
+            bad = _first_difference(tensor_digests(run, vm.hw), tensor_digests(execute(vm.graph, vm.arrays, x),
+                                                                                  vm.hw), vm)
             bit_exact, mismatch = bad is None, bad or ""
         outputs.append(run.outputs)
         costs.append(run.latency_s())
-        last = run
-    layers = [{"layer": layer.name, "op": layer.op, "device": layer.device, "seconds": last.seconds[layer.name]}
-              for layer in vm.graph.layers] if last is not None else []
-    return VTAModelRun(outputs, costs, layers, bit_exact, mismatch)
+        last = run.seconds
+    return VTAModelRun(outputs, costs, _layers(vm, last or {}), bit_exact, mismatch)
 
 
-def _first_difference(run: Execution, ref: Execution, vm: VTAModel) -> str | None:
+def run_vta_model_on_agent(vm: VTAModel, inputs: Sequence[np.ndarray], runner: Any, board: Board,
+                           timeout_s: float) -> VTAModelRun:
+    """Run every input through ``vm`` on a VTA board in one call of its agent's ``edgetune.vta.run_model``
+    (VTA layers on the board's device, the rest in numpy on the board); each int8 tensor's crc32 compared with
+    the reference run here."""
+    from toolkit.errors import BoardError
+    from toolkit.vta.graph import to_package
+
+    buf = io.BytesIO()
+    np.savez(buf, **to_package(vm.graph, vm.arrays, vm.raw, vm.hw.to_json()))
+    try:
+        out = runner.call("edgetune.vta.run_model", buf.getvalue(), {"x": np.concatenate(list(inputs))},
+                          timeout_s=timeout_s)
+    except TimeoutError as exc:
+        raise BoardError(f"running the model on board {board.name} failed: {exc}; check `edgetune board status` "
+                         "(or give a longer --timeout)") from None
+    if "__error__" in out:
+        raise ExportError(f"the model failed on board {board.name}: {_text(out['__error__'])}")
+    names = json.loads(_text(out["__layers__"]))
+    digests = json.loads(_text(out["__digests__"]))
+    seconds = out["__seconds__"]
+    outputs = [[out[f"out{i}_{k}"] for k in range(len(vm.graph.outputs))] for i in range(len(inputs))]
+    bit_exact, mismatch = True, ""
+    for x, got in zip(inputs, digests):
+        bad = _first_difference({k: int(v) for k, v in got.items()},
+                                tensor_digests(execute(vm.graph, vm.arrays, x), vm.hw), vm)
+        if bad is not None:
+            bit_exact, mismatch = False, bad
+            break
+    return VTAModelRun(outputs, [float(np.sum(row)) for row in seconds],
+                       _layers(vm, dict(zip(names, map(float, seconds[-1])))), bit_exact, mismatch)
+
+
+def _layers(vm: VTAModel, seconds: dict[str, float]) -> list[dict[str, Any]]:
+    return [{"layer": layer.name, "op": layer.op, "device": layer.device, "seconds": seconds.get(layer.name, 0.0)}
+            for layer in vm.graph.layers]
+
+
+def _text(a: np.ndarray) -> str:
+    return bytes(np.asarray(a, dtype=np.uint8)).decode(errors="replace")
+
+
+def _first_difference(got: dict[str, int], want: dict[str, int], vm: VTAModel) -> str | None:
+    """The first layer whose int8 tensor (crc32) differs from the reference's, said in words."""
     for layer in vm.graph.layers:
-        got, want = run.tensors[layer.name], ref.tensors[layer.name]
-        if not np.array_equal(got.nchw(vm.hw), want.nchw(vm.hw)):
+        if got.get(layer.name) != want.get(layer.name):
             return f"layer {layer.name} ({layer.device}) differs from the int8 reference"
     return None
 

@@ -135,6 +135,12 @@ class VTARPCRunner(Runner):
         ``__board__``, or ``__error__`` for a failing program). A lost board is waited for and the call
         repeated (:class:`BoardLostError` after ``max_lost``); a session past ``timeout_s``:
         :class:`TimeoutError`. Tuning measures and exports run through here."""
+        return self.call("edgetune.vta.run", program, arrays, runs, timeout_s=timeout_s)
+
+    def call(self, function: str, payload: bytes, arrays: dict[str, np.ndarray], *args: Any,
+             timeout_s: float) -> dict[str, np.ndarray]:
+        """Call the agent's ``function(payload, arrays as .npz bytes, *args)`` on some board with the key and
+        return the ``.npz`` it answers, as :meth:`call_agent` does (lost boards waited for, then retried)."""
         if not self._seen:      # fail fast when no board with the key was ever registered
             from toolkit.rpc.tracker import require_server
 
@@ -145,7 +151,7 @@ class VTARPCRunner(Runner):
         for _attempt in range(self.max_lost + 1):
             session = self._session(timeout_s)
             try:
-                raw = session.get_function("edgetune.vta.run")(program, buf.getvalue(), runs)
+                raw = session.get_function(function)(payload, buf.getvalue(), *args)
             except Exception as exc:  # noqa: BLE001 - TVM raises plain errors on a dropped connection
                 if "RPCSessionTimeoutError" in str(exc):
                     raise TimeoutError(f"the agent did not answer within {timeout_s:.0f} s") from None
