@@ -53,8 +53,8 @@ def _alu_program(op, use_imm, imm, acc_in, uops, iters=(1, 4), factors=(0, 1, 0,
         MemInsn(Opcode.LOAD, MemId.UOP, 0, regions["uop"].offset // 4, 1, len(uops), len(uops)),
         MemInsn(Opcode.LOAD, mem, 0, regions["bias"].offset // elem, 1, n, n),
         AluInsn(False, 0, len(uops), *iters, *factors, op, use_imm, imm, push_next=True),
-        MemInsn(Opcode.STORE, MemId.OUT, 0, regions["out"].offset // 16, 1, n, n, pop_prev=True),
-        FinishInsn(),
+        MemInsn(Opcode.STORE, MemId.OUT, 0, regions["out"].offset // 16, 1, n, n, pop_prev=True, push_prev=True),
+        FinishInsn(pop_next=True),
     ]
     return Program(hw, insns, uops, regions)
 
@@ -127,7 +127,7 @@ def test_removed_token_deadlocks_with_instruction_index():
 
 def test_leftover_token_raises():
     prog, inputs, _ = padded_gemm_alu(HW, np.random.default_rng(0))
-    prog.insns[8] = dataclasses.replace(prog.insns[8], push_prev=True)  # STORE pushes a token nobody pops
+    prog.insns[9] = FinishInsn()  # FINISH no longer pops the token the STORE pushes
     with pytest.raises(LeftoverTokenError, match="s2g"):
         simulate(prog, inputs, timing_only=True)
 

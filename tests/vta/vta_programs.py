@@ -37,8 +37,8 @@ def padded_gemm_alu(hw: VTAConfig, rng: np.random.Generator):
         AluInsn(False, 2, 3, 3, 5, 5, 1, 5, 1, AluOp.SHR, True, 2),
         AluInsn(False, 2, 3, 3, 5, 5, 1, 5, 1, AluOp.MIN, True, 300),
         AluInsn(False, 2, 3, 3, 5, 5, 1, 5, 1, AluOp.MAX, True, -200, push_next=True),
-        MemInsn(Opcode.STORE, MemId.OUT, 1, oe, 3, 5, 5, pop_prev=True),  # rows 1..3 of the 4x5 tile
-        FinishInsn(),
+        MemInsn(Opcode.STORE, MemId.OUT, 1, oe, 3, 5, 5, pop_prev=True, push_prev=True),  # rows 1..3 of the tile
+        FinishInsn(pop_next=True),
     ]
     uops = [Uop(0, 0, 0), Uop(0, 0, 0), Uop(0, 0, 0)]
     prog = Program(hw, insns, uops, regions, {"test": "padded_gemm_alu"})
@@ -68,8 +68,8 @@ def matrix_multiply_tutorial(hw: VTAConfig, rng: np.random.Generator):
         MemInsn(Opcode.LOAD, MemId.UOP, 0, ue, 1, 2, 2, pop_prev=True),
         GemmInsn(True, 0, 1, n_blk, 1, 1, 0, 0, 0, 0, 0),
         GemmInsn(False, 1, 2, n_blk, n_blk, 1, 0, 0, 1, n_blk, 1, push_next=True),
-        MemInsn(Opcode.STORE, MemId.OUT, 0, oe, 1, n_blk, n_blk, pop_prev=True),
-        FinishInsn(),
+        MemInsn(Opcode.STORE, MemId.OUT, 0, oe, 1, n_blk, n_blk, pop_prev=True, push_prev=True),
+        FinishInsn(pop_next=True),
     ]
     prog = Program(hw, insns, [Uop(0, 0, 0), Uop(0, 0, 0)], regions, {"test": "matrix_multiply"})
     flat_a = a.reshape(256).astype(np.int64)

@@ -143,11 +143,12 @@ class VTAConfig:
     def field_widths(self) -> dict[str, int]:
         """Bit width of every depth-dependent ISA field for this config (``hw_spec.h`` macros).
 
-        The micro-op ``src`` width is max(INP, ACC) depth bits from HW_VER 0.0.2 on, INP depth bits before.
+        The micro-op ``src`` width is max(INP, ACC) depth bits whatever the HW_VER (``VTAUop.src_idx`` in the
+        ``hw_spec.h`` TVM v0.18 pins).
         GEMM's ``src_factor`` fields have INP depth bits and ALU's ACC depth bits (``VTAGemInsn`` and
         ``VTAAluInsn``).
         """
-        src = max(self.log_inp_depth, self.log_acc_depth) if _ver(self.hw_ver) >= (0, 0, 2) else self.log_inp_depth
+        src = max(self.log_inp_depth, self.log_acc_depth)
         return {
             "uop_bgn": self.log_uop_depth,
             "uop_end": self.log_uop_depth + 1,

@@ -41,6 +41,10 @@ class DeadlockError(VTAError):
     """A module waits for a dependency token that never comes (the FPGA would hang)."""
 
 
+class FinishOrderError(VTAError):
+    """An instruction that may run after FINISH: fsim (and the board) would never report the program done."""
+
+
 class LeftoverTokenError(VTAError):
     """Dependency tokens left in a FIFO when the program finished (malformed program)."""
 

@@ -79,8 +79,17 @@ class Region:
             raise VTAError(f"region {self.name!r} of {self.nbytes} bytes is smaller than its shape {self.shape}")
 
 
+def region_align(hw: VTAConfig, name: str) -> int:
+    """The byte alignment of a region: 256 and a whole number of its DRAM elements (instructions address
+    DRAM in elements: a weight element of a 32x32 block is 1024 bytes)."""
+    elem = {"inp": hw.inp_elem_bytes, "wgt": hw.wgt_elem_bytes, "bias": hw.acc_elem_bytes, "out": hw.out_elem_bytes,
+            "uop": hw.uop_bytes}.get(name, 1)
+    return math.lcm(ALIGN, elem)
+
+
 def allocate_regions(hw: VTAConfig, tensors: list[tuple[str, tuple, str]], n_uops: int) -> dict[str, Region]:
-    """Lay out ``tensors`` ``(name, shape, dtype)`` one after another (256-byte aligned), then the "uop" region.
+    """Lay out ``tensors`` ``(name, shape, dtype)`` one after another, each at a multiple of 256 bytes and of its
+    element size (:func:`region_align`), then the "uop" region.
 
     >>> from toolkit.vta.config import get_preset
     >>> r = allocate_regions(get_preset("pynq"), [("inp", (1, 4, 56, 56, 1, 16), "int8")], 10)
@@ -91,9 +100,11 @@ def allocate_regions(hw: VTAConfig, tensors: list[tuple[str, tuple, str]], n_uop
     offset = 0
     uop_dtype = "uint32" if hw.uop_bytes == 4 else "uint64"
     for name, shape, dtype in [*tensors, ("uop", (n_uops,), uop_dtype)]:
+        align = region_align(hw, name)
+        offset = -(-offset // align) * align
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         regions[name] = Region(name, offset, nbytes, tuple(shape), dtype)
-        offset += -(-nbytes // ALIGN) * ALIGN
+        offset += nbytes
     return regions
 
 
@@ -177,6 +188,9 @@ class Program:
             layout = json.loads(body[pos: pos + layout_len])
             pos += layout_len
             regions = {r["name"]: _region(r) for r in layout["regions"]}
+            for r in regions.values():
+                if r.offset % region_align(hw, r.name):
+                    raise ValueError(f"region {r.name!r} at byte {r.offset} is not on a whole {r.name} element")
             if not isinstance(layout.get("meta", {}), dict):
                 raise ValueError("meta is not an object")
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ConfigError) as exc:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.vta.errors import SimulatorBoundsError, VTAError
-from toolkit.vta.isa import AluInsn, AluOp, GemmInsn, MemId, MemInsn, Opcode, queue_of
+from toolkit.vta.errors import FinishOrderError, SimulatorBoundsError, VTAError
+from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemId, MemInsn, Opcode, queue_of
 from toolkit.vta.program import Program
 from toolkit.vta.timing import PYNQ_CALIBRATED, TimingParams, dram_elem_bytes, schedule, seconds
 
@@ -314,8 +314,8 @@ class _Machine:
             return "alu_counter", work
         self._check_sram(k, "uop", insn.uop_end, hw.uop_depth)
         self._check_sram(k, "acc", self._max_index(insn, "dst") + 1, hw.acc_depth)
-        if not insn.use_imm:
-            self._check_sram(k, "acc", self._max_index(insn, "src") + 1, hw.acc_depth)
+        # checked with an immediate too, as fsim checks it (the index is computed, then not read)
+        self._check_sram(k, "acc", self._max_index(insn, "src") + 1, hw.acc_depth)
         if self.skip:
             return "alu_counter", work
         op, imm = AluOp(insn.op), int(insn.imm)  # reset_reg is ignored by ALU, as in fsim and HLS
@@ -386,6 +386,7 @@ def simulate(program: Program, inputs: dict[str, np.ndarray] | None = None, *, t
         timeline = schedule(program.insns, program.hw, params, _raiser(errors) if errors else None)
     else:
         timeline = schedule(program.insns, program.hw, params, machine.execute)
+    check_finish_last(program.insns)
     return SimResult(
         counters=dict(machine.counters),
         cycles=timeline.cycles,
@@ -394,3 +395,53 @@ def simulate(program: Program, inputs: dict[str, np.ndarray] | None = None, *, t
         breakdown=timeline.breakdown,
     )
 
+
+_NEIGHBOURS = {"load": (None, "compute"), "compute": ("load", "store"), "store": ("compute", None)}
+
+
+def check_finish_last(insns: list[Insn]) -> None:
+    """Refuse a program in which some instruction may run after FINISH (:class:`FinishOrderError`).
+
+    fsim's scheduler (``TlppVerify``) stops only when the last instruction it executed was FINISH, in
+    whatever order it runs the three modules: every other instruction must come before FINISH in its queue or
+    reach it through dependency tokens (the k-th pop of a channel waits for its k-th push)."""
+    finishes = [k for k, insn in enumerate(insns) if isinstance(insn, FinishInsn)]
+    if not finishes:
+        return      # refused by the scheduler (ProgramFormatError)
+    queue = [queue_of(insn) for insn in insns]
+    pushes: dict[tuple[str, str], list[int]] = {}
+    for k, insn in enumerate(insns):
+        prev, nxt = _NEIGHBOURS[queue[k]]
+        for flag, other in ((insn.push_prev, prev), (insn.push_next, nxt)):
+            if flag and other is not None:
+                pushes.setdefault((queue[k], other), []).append(k)
+    preds: list[list[int]] = [[] for _ in insns]
+    last: dict[str, int] = {}
+    pops: dict[tuple[str, str], int] = {}
+    for k, insn in enumerate(insns):
+        me = queue[k]
+        if me in last:
+            preds[k].append(last[me])
+        last[me] = k
+        prev, nxt = _NEIGHBOURS[me]
+        for flag, other in ((insn.pop_prev, prev), (insn.pop_next, nxt)):
+            if flag and other is not None:
+                i = pops.get((other, me), 0)
+                pops[(other, me)] = i + 1
+                sources = pushes.get((other, me), [])
+                if i < len(sources):
+                    preds[k].append(sources[i])
+    finish = finishes[-1]
+    before = {finish}
+    stack = [finish]
+    while stack:
+        for j in preds[stack.pop()]:
+            if j not in before:
+                before.add(j)
+                stack.append(j)
+    after = [k for k in range(len(insns)) if k not in before]
+    if after:
+        k = after[-1]
+        raise FinishOrderError(f"instruction {k} ({queue[k]} queue) may run after FINISH (instruction {finish}): "
+                               "fsim and the hardware would never report the program done; make FINISH wait for it "
+                               "through a dependency token")
