@@ -152,3 +152,57 @@ def test_transfer_option_refuses_what_is_not_a_model():
     with pytest.raises(ConfigError, match="not a transfer model"):
         ML2Tuner(transfer="logs/")
     assert json.dumps(ML2Tuner(transfer="pretrained").params["transfer"]) == '"pretrained"'
+
+
+def _crafted(tmp_path, change) -> str:
+    """The shipped Pynq model with one tree changed by ``change``, written as a model file."""
+    import copy
+
+    from toolkit.backends.vta.pretrained import FOLDER
+
+    d = json.loads(sorted(FOLDER.glob("*.json"))[0].read_text())
+    d = copy.deepcopy(d)
+    change(d["booster"]["learner"]["gradient_booster"]["model"]["trees"][0], d)
+    path = tmp_path / "crafted.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+CRAFTED = {
+    "split feature out of range": lambda t, d: t["split_indices"].__setitem__(0, 10**6),
+    "a child loop": lambda t, d: t["left_children"].__setitem__(t["left_children"][0], 0),
+    "a shared child": lambda t, d: t["right_children"].__setitem__(0, t["left_children"][0]),
+    "a short array": lambda t, d: t["parents"].pop(),
+    "another feature count": lambda t, d: d["booster"]["learner"]["learner_model_param"].__setitem__("num_feature",
+                                                                                                      "3"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CRAFTED))
+def test_a_crafted_booster_is_refused_before_xgboost_sees_it(tmp_path, what):
+    """Each of these segfaulted edgetune in predict (or crashed xgboost) when loaded unchecked."""
+    path = _crafted(tmp_path, CRAFTED[what])
+    with pytest.raises(LogError) as exc:
+        TransferModel.load(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_deeply_nested_json_is_refused_not_a_recursion_traceback(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"format": "edgetune-transfer-model", "booster": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(LogError):
+        TransferModel.load(path)
+    with pytest.raises(LogError):
+        transfer_model_from(path)
+
+
+def test_a_crafted_transfer_file_is_one_line_and_exit_2_not_a_segfault(tmp_path):
+    import subprocess
+    import sys
+
+    path = _crafted(tmp_path, CRAFTED["a child loop"])
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "tune", "-w", "resnet18.C2", "-b", "vta-fsim", "-n", "2",
+                           "--transfer", path, "--log", str(tmp_path / "l.jsonl")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-1000:])
+    assert "do not form a tree" in proc.stderr and "Traceback" not in proc.stderr

@@ -96,6 +96,13 @@ class TransferModel:
             cols.append(np.log1p(np.maximum(self._matrix(feats, others), 0.0)))
         return np.hstack(cols).astype(np.float32)
 
+    def _n_inputs(self) -> int:
+        """How many columns :meth:`_tree_inputs` gives the booster."""
+        n = len(self.term_keys_) + 1 if self.term_keys_ else 0
+        if self.inputs == "all" or not self.term_keys_:
+            n += len([k for k in self.keys_ if k not in self.term_keys_])
+        return n
+
     # -- fit / predict ----------------------------------------------------------------------------
     def fit(self, tasks: Sequence[TaskRecords], trained_on: str = "", base: TransferModel | None = None
             ) -> TransferModel:
@@ -172,11 +179,12 @@ class TransferModel:
                 m.scale_ = np.asarray(d["scale"], dtype=np.float64)
                 if len(m.scale_) != len(m.term_keys_) or len(m.coef_) != 1 + 2 * len(m.term_keys_):
                     raise ValueError("coefficients do not match the time terms")
+            check_booster(d["booster"], m._n_inputs())
             m.booster_ = xgb.Booster()
             m.booster_.load_model(bytearray(json.dumps(d["booster"]).encode()))
             m.trained_on_ = str(d.get("trained_on", ""))
             return m
-        except (KeyError, TypeError, ValueError, AttributeError, xgb.core.XGBoostError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError, xgb.core.XGBoostError) as exc:
             raise LogError(f"{source} is not an edgetune transfer model ({str(exc).splitlines()[0][:120]}); "
                            "rebuild it with make pretrained or pass tuning logs to --transfer") from None
 
@@ -188,12 +196,52 @@ class TransferModel:
         """A saved model; :class:`LogError` when ``path`` cannot be read or is not one."""
         try:
             d = json.loads(Path(path).read_text())
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise LogError(f"cannot read the transfer model {path} ({type(exc).__name__}); pass a model file "
                            "or a tuning log") from None
         if not isinstance(d, dict):
             raise LogError(f"{path} is not an edgetune transfer model; pass a model file or a tuning log")
         return cls.from_json(d, str(path))
+
+
+MAX_TREES = 100_000
+MAX_NODES = 1 << 20
+
+
+def check_booster(booster: Any, n_features: int) -> None:
+    """Refuse an XGBoost JSON model that would crash the library (``ValueError``): every tree a proper binary
+    tree (children after their parent, each node reached once, both children or none), split features below
+    ``n_features``, arrays as long as the tree."""
+    model = booster["learner"]["gradient_booster"]["model"]
+    declared = int(booster["learner"]["learner_model_param"]["num_feature"])
+    if declared != n_features:
+        raise ValueError(f"the booster takes {declared} features, the model gives it {n_features}")
+    trees = model["trees"]
+    if not isinstance(trees, list) or len(trees) > MAX_TREES:
+        raise ValueError("the booster's trees are not a list of a sane length")
+    for t, tree in enumerate(trees):
+        n = int(tree["tree_param"]["num_nodes"])
+        if not 0 < n <= MAX_NODES or int(tree["tree_param"]["num_feature"]) != declared:
+            raise ValueError(f"tree {t} has {n} nodes or another feature count")
+        left, right, split = tree["left_children"], tree["right_children"], tree["split_indices"]
+        for name in ("left_children", "right_children", "split_indices", "split_conditions", "default_left",
+                     "base_weights", "parents"):
+            if not isinstance(tree[name], list) or len(tree[name]) != n:
+                raise ValueError(f"tree {t}: {name} is not a list of {n} entries")
+        seen = [False] * n
+        for i in range(n):
+            a, b, f = left[i], right[i], split[i]
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b, f)):
+                raise ValueError(f"tree {t} node {i}: children and split feature must be integers")
+            if a == -1 and b == -1:
+                continue
+            if not (i < a < n and i < b < n and a != b) or seen[a] or seen[b]:
+                raise ValueError(f"tree {t} node {i}: its children {a}, {b} do not form a tree")
+            if not 0 <= f < declared:
+                raise ValueError(f"tree {t} node {i}: split feature {f} is not one of the {declared} features")
+            seen[a] = seen[b] = True
+        if seen[0] or not all(seen[1:]):
+            raise ValueError(f"tree {t}: a node is unreachable from the root")
 
 
 # -- training data from tuning logs --------------------------------------------------------------------
@@ -235,7 +283,7 @@ def transfer_model_from(source: str | Path, *, seed: int = 0, base: TransferMode
         try:
             with files[0].open("rb") as f:
                 first = json.loads(f.readline(1 << 20) or b"null")
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             first = None
         if isinstance(first, dict) and first.get("format") == FORMAT:
             return TransferModel.load(files[0])
