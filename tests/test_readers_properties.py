@@ -74,7 +74,7 @@ valid_records = st.builds(
     index=st.none() | st.integers(0, 10 ** 9),
     costs=st.lists(st.floats(min_value=1e-9, max_value=1e3), max_size=3),
     error=st.none() | st.sampled_from([e.value for e in ErrorClass]), message=st.text(max_size=20),
-    features=st.dictionaries(st.text(max_size=6), st.floats(allow_nan=False, allow_infinity=False), max_size=3))
+    features=st.dictionaries(st.text(max_size=6), st.floats(min_value=-1e18, max_value=1e18), max_size=3))
 
 
 @PROPERTY

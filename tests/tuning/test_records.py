@@ -125,3 +125,32 @@ def test_foreign_records_with_free_form_config(tmp_path):
                         config={"trace": [["SampleTile", [4, 16]]], "hash": "abc"}, costs=[2e-4]))
     _, [rec] = read_log(path)
     assert rec.index is None and rec.config["hash"] == "abc" and rec.valid
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("costs", [5e-324], r"between 1e-12 and 1e\+06 seconds"),
+    ("costs", [1e9], r"between 1e-12 and 1e\+06 seconds"),
+    ("features", {"f": 1e308}, "finite numbers"),
+    ("features", {"f": float("inf")}, "finite numbers"),
+    ("features", {"f": float("nan")}, "finite numbers"),
+])
+def test_costs_and_features_the_models_cannot_take_are_refused_on_read(tmp_path, field, value, words):
+    """A 5e-324 cost or a 1e308 feature in a log crashed three tuners on resume (xgb.train, nnls)."""
+    path = tmp_path / "a.jsonl"
+    _write(path, 2)
+    line = json.loads(path.read_text().splitlines()[-1])
+    line[field] = value
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    with pytest.raises(LogError, match=words):
+        read_log(path)
+
+
+def test_what_a_run_measures_is_written_within_what_is_read_back(tmp_path):
+    path = tmp_path / "a.jsonl"
+    res = MeasureResult(0, {"t": 1}, costs=[5e-324, float("inf"), 2e-3], features={"ok": 3.0, "bad": float("inf"),
+                                                                                    "huge": 1e300})
+    with Journal(path, LogHeader(TASK)) as j:
+        j.append(Record.from_result(res, trial=0, tuner="random", task=TASK))
+    rec = read_log(path)[1][0]
+    assert rec.costs == [1e-12, 2e-3] and rec.features == {"ok": 3.0}

@@ -9,7 +9,7 @@ the process that holds it; a new log is created with ``O_CREAT | O_EXCL``, every
 journals a batch's results when the batch's measurements return, so a crash loses at most the
 batch being measured. Reading skips a truncated last line (a crash mid-write) with a
 :class:`TruncatedLogWarning`; any other unreadable line (bad JSON, nesting too deep, wrong field
-types, a cost that is not a positive finite number), or a bad header, is a
+types, a cost outside [1e-12, 1e6] seconds, a feature that is not finite or beyond 1e18), or a bad header, is a
 :class:`~toolkit.errors.LogError` naming the file and line.
 
 >>> import tempfile, pathlib
@@ -163,12 +163,16 @@ class Record:
 
     @classmethod
     def from_result(cls, result: MeasureResult, *, trial: int, tuner: str, task: dict[str, Any]) -> Record:
-        """A record of ``result`` for the task description ``task`` (a header's task dict)."""
+        """A record of ``result`` for the task description ``task`` (a header's task dict), every cost and
+        feature within what :meth:`from_json` reads back (costs clamped to [MIN_COST_S, MAX_COST_S], features
+        that are not finite and below MAX_FEATURE in magnitude left out)."""
+        costs = [min(max(float(c), MIN_COST_S), MAX_COST_S) for c in result.costs if math.isfinite(c)]
+        features = {k: float(v) for k, v in result.features.items() if math.isfinite(v) and abs(v) <= MAX_FEATURE}
         return cls(workload=task["workload"], board=task["board"], target=task.get("target"),
                    template=task.get("template", {}), tuner=tuner, trial=trial, index=result.index,
-                   config=result.config, costs=list(result.costs),
+                   config=result.config, costs=costs,
                    error=None if result.error is None else ErrorClass(result.error).value,
-                   message=result.message, features=dict(result.features), timestamp=result.timestamp,
+                   message=result.message, features=features, timestamp=result.timestamp,
                    build_s=result.build_s, run_s=result.run_s)
 
     def to_json(self) -> dict[str, Any]:
@@ -189,11 +193,13 @@ class Record:
             raise LogError(f"{where}: malformed record (unknown error {str(obj['error'])[:40]!r}); fix or delete "
                            "that line")
         costs = obj.get("costs", [])
-        if not all(_is_number(c) and math.isfinite(c) and c > 0 for c in costs):
-            raise LogError(f"{where}: malformed record (every cost must be a positive finite number of seconds); "
-                           "fix or delete that line")
-        if not all(isinstance(k, str) and _is_number(v) for k, v in obj.get("features", {}).items()):
-            raise LogError(f"{where}: malformed record (features must map names to numbers); fix or delete that line")
+        if not all(_is_number(c) and MIN_COST_S <= c <= MAX_COST_S for c in costs):
+            raise LogError(f"{where}: malformed record (every cost must be between {MIN_COST_S:g} and {MAX_COST_S:g} "
+                           "seconds); fix or delete that line")
+        if not all(isinstance(k, str) and _is_number(v) and abs(v) <= MAX_FEATURE
+                   for k, v in obj.get("features", {}).items()):
+            raise LogError(f"{where}: malformed record (features must map names to finite numbers of magnitude at "
+                           f"most {MAX_FEATURE:g}); fix or delete that line")
         if obj.get("index") is not None and obj["index"] < 0 or obj["trial"] < 0:
             raise LogError(f"{where}: malformed record (negative trial or index); fix or delete that line")
         known = set(cls.__dataclass_fields__)
@@ -201,6 +207,14 @@ class Record:
         rec.costs = [float(c) for c in rec.costs]
         rec.features = {k: float(v) for k, v in rec.features.items()}
         return rec
+
+
+MIN_COST_S = 1e-12
+"""The shortest cost a record may hold (a picosecond): below it the models' logs and ratios overflow."""
+MAX_COST_S = 1e6
+"""The longest cost a record may hold (11 days)."""
+MAX_FEATURE = 1e18
+"""The largest magnitude of a recorded feature (the cost models' arithmetic stays finite)."""
 
 
 def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
