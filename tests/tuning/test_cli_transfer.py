@@ -89,3 +89,28 @@ def test_the_default_tuner_starts_from_the_shipped_model(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["tuner"] == DEFAULT_TUNER == "ml2tuner+"
     assert make_tuner(DEFAULT_TUNER).params["transfer"] == "pretrained"
+
+
+def _header_only_log(path, board: str, workload: str = OTHER) -> str:
+    """A log of ``board`` (its header and one valid record with features), as a tune there writes it."""
+    from toolkit.tuning.core.result import MeasureResult
+    from toolkit.tuning.journal import Journal, LogHeader, Record
+
+    from toolkit.backends.vta.backend import with_vta_preset
+
+    brd = with_vta_preset(resolve_board("vta-fsim"), "zcu102") if board == "vta-fsim-zcu102" else resolve_board(board)
+    task = make_task(parse_workload(workload), brd).describe()
+    with Journal(path, LogHeader(task)) as j:
+        j.append(Record.from_result(MeasureResult(0, {"t": 1}, costs=[1e-3], features={"f": 1.0}), trial=0,
+                                    tuner="random", task=task))
+    return str(path)
+
+
+@pytest.mark.parametrize("board,words", [("local", "was tuned on a cpu board (local); vta-fsim is a vta board"),
+                                         ("vta-fsim-zcu102", "was tuned for VTA")])
+def test_logs_of_another_family_or_vta_config_are_refused_as_transfer_data(tmp_path, board, words):
+    log = _header_only_log(tmp_path / "other.jsonl", board)
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-b", "vta-fsim", "-t", "ml2tuner", "-n", "2", "--log",
+                              str(tmp_path / "t.jsonl"), "--transfer", log])
+    assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "t.jsonl").exists()

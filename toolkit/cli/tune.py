@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -53,7 +55,35 @@ def transfer_options(source: str | None, tuner: str, board: Board) -> dict[str, 
             raise ConfigError(f"edgetune ships no pretrained model for {board.name}; pass your own tuning logs "
                               "(--transfer edgetune-logs/)")
         return {"transfer": "pretrained"}
+    _check_transfer_logs(source, board)
     return {"transfer": transfer_model_from(source)}
+
+
+def _check_transfer_logs(source: str, board: Board) -> None:
+    """Refuse tuning logs of another hardware family, or of another VTA hardware config, as ``--transfer`` data
+    for ``board`` (their features mean other things there)."""
+    from toolkit.export.write import log_board, tuned_profile_of
+    from toolkit.tuning.journal import HEADER_KEY, read_log
+    from toolkit.tuning.models.transfer import log_files
+
+    backend = backend_for(board.profile)
+    for log in log_files(source):
+        try:
+            with log.open("rb") as f:
+                first = json.loads(f.readline(1 << 20) or b"null")
+        except (OSError, ValueError, RecursionError):
+            continue            # transfer_model_from says what is wrong with it
+        if not (isinstance(first, dict) and HEADER_KEY in first):
+            continue            # a saved transfer model: it records no board
+        header = read_log(log)[0]
+        _, board_type, _ = log_board(header.task)
+        tuned = tuned_profile_of(board_type, header.task, log)
+        if backend_for(tuned) is not backend:
+            raise ConfigError(f"--transfer {log} was tuned on a {tuned.family} board ({board_type}); {board.name} is a "
+                              f"{board.profile.family} board: pass logs tuned on {board.profile.family} boards")
+        if backend.hardware(tuned) != backend.hardware(board.profile):
+            raise ConfigError(f"--transfer {log} was tuned for VTA {tuned.vta.get('bitstream')} ({board_type}); "
+                              f"{board.name} has {board.profile.vta.get('bitstream')}: pass logs tuned for it")
 
 
 def _trials_in(path: Path) -> int:

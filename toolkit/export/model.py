@@ -23,7 +23,7 @@ from toolkit.boards import Board, BoardProfile, Inventory
 from toolkit.errors import ExportError
 from toolkit.export.manifest import README, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
-from toolkit.export.write import _log_board, _target_profile, _tuned_profile, record_config, staged
+from toolkit.export.write import log_board, _target_profile, tuned_profile_of, record_config, staged
 from toolkit.tuning.journal import Record, best_per_workload, read_log
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_model
@@ -114,8 +114,8 @@ def _best_records(logs: Sequence[str | Path], profile: BoardProfile
     files = []
     for log in map(Path, logs):
         header, records = read_log(log)
-        tuned_board, tuned_type, _ = _log_board(header.task)
-        tuned = _tuned_profile(tuned_type, header.task, log)
+        tuned_board, tuned_type, _ = log_board(header.task)
+        tuned = tuned_profile_of(tuned_type, header.task, log)
         if backend_for(tuned) is not backend:
             raise ExportError(f"{log} was tuned on a {tuned.family} board ({tuned_type}); a model for "
                               f"{profile.name} ({profile.family}) takes logs of {profile.family} boards: drop it "
@@ -190,7 +190,7 @@ def _tuned_on(log_files: list[tuple[Path, Any]]) -> dict[str, Any]:
     """The boards the logs were tuned on (the first one's target)."""
     if not log_files:
         return {"board": None, "board_type": None, "target": None}
-    boards = [_log_board(header.task) for _, header in log_files]
+    boards = [log_board(header.task) for _, header in log_files]
     return {"board": ", ".join(dict.fromkeys(b for b, _, _ in boards)),
             "board_type": ", ".join(dict.fromkeys(t for _, t, _ in boards)), "target": boards[0][2]}
 

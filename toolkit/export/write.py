@@ -29,7 +29,7 @@ from toolkit.tuning.journal import Record, best_per_workload, read_log
 from toolkit.workloads import Conv2dWorkload, parse_workload
 
 
-def _log_board(task: dict[str, Any]) -> tuple[str, str, Any]:
+def log_board(task: dict[str, Any]) -> tuple[str, str, Any]:
     """(board, board type, target) of a log header's task (one task, or a network's tasks)."""
     first = task.get("tasks", [task])[0] if task.get("tasks") else task
     board = str(task.get("board") or first.get("board") or "")
@@ -58,7 +58,7 @@ def _target_profile(board: str | Board | BoardProfile, inventory: Inventory | No
             raise BoardError(f"{exc}; or give a board type") from None
 
 
-def _tuned_profile(board_type: str, task: dict[str, Any], log: Path) -> BoardProfile:
+def tuned_profile_of(board_type: str, task: dict[str, Any], log: Path) -> BoardProfile:
     """The profile a log was tuned with: its board type, with the hardware its header records."""
     profile = load_profile(board_type)
     first = task.get("tasks", [task])[0] if task.get("tasks") else task
@@ -136,8 +136,8 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     """
     log = Path(log)
     header, records = read_log(log)
-    tuned_board, tuned_type, tuned_target = _log_board(header.task)
-    tuned_profile = _tuned_profile(tuned_type, header.task, log)
+    tuned_board, tuned_type, tuned_target = log_board(header.task)
+    tuned_profile = tuned_profile_of(tuned_type, header.task, log)
     name, profile = (tuned_type, tuned_profile) if board is None else _target_profile(board, inventory)
     backend = backend_for(profile)
     if backend is not backend_for(tuned_profile):
