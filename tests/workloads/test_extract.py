@@ -1,6 +1,8 @@
 """Conv extraction from small PyTorch models: graph tracing, merging, unsupported convs, files, CLI."""
 
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -75,6 +77,12 @@ def test_extract_from_pt2_and_torchscript(model_file, tmp_path):
     _check_small(extract(pt2, (1, 3, 32, 32)))
     with pytest.raises(WorkloadError, match="exported for"):   # the archive is specialised to its shape
         extract(pt2, (2, 3, 32, 32))
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "workloads", "extract", str(pt2), "--input-shape",
+                           "1,4,32,32"], capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("warning: loading") and "runs the Python code pickled in it" in lines[0]
+    assert len(lines) == 2 and "does not run on input shape 1,4,32,32: Guard failed" in lines[1], lines
     ts = tmp_path / "small.ts"
     torch.jit.save(torch.jit.trace(module, example), str(ts))
     _check_small(extract(ts, (1, 3, 32, 32)))

@@ -30,6 +30,8 @@ PI = '[boards.p]\ntype = "rpi4"\nhost = "10.0.0.2"\n'
 CONFIG = json.dumps({"tile_b": [1, 1], "tile_h": [14, 1], "tile_w": [14, 1], "tile_ci": [2, 1], "tile_co": [2, 1],
                      "oc_nthread": 1, "h_nthread": 1})
 """A valid VTA schedule of :data:`SMALL` on the Pynq preset."""
+EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
+"""A zip archive with no member (what ``zipfile.ZipFile(path, "w").close()`` writes)."""
 
 
 @dataclass(frozen=True)
@@ -325,5 +327,10 @@ CASES: list[Case] = [
          "imported for VTA boards", files={"a.log": ""}),
     Case("import-autotvm: --out is a file", ("import-autotvm", "a.log", "--out", "f"), "is a file",
          files={"a.log": "", "f": "x"}, keep=("f",)),
+    # -- model files ---------------------------------------------------------------------------------------------
+    *[Case(f"{' '.join(cmd[:2])}: {what} .pt2", (*cmd, "m.pt2", *rest), "not a torch.export archive",
+           files={"m.pt2": content}, keep=("m.pt2",))
+      for what, content in (("an empty", b""), ("a garbage", b"garbage\n"), ("an empty-zip", EMPTY_ZIP))
+      for cmd, rest in ((("workloads", "extract"), ()), (("tune", "--model"), ("-n", "1", "--log", "L.jsonl")))],
 ]
 """Every case of the bad-input suite."""

@@ -27,14 +27,17 @@ of two, as TVM's VTA quantisation makes them).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import io
 import json
 import math
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from toolkit.errors import WorkloadError
@@ -158,7 +161,7 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)   # torch-internal deprecations, not the user's
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _quiet_torch():
                 ShapeProp(gm, fake_mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(example)
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input is the user's to fix
             raise WorkloadError(
@@ -233,6 +236,32 @@ def load_model(model: Any, input_shape: tuple[int, int, int, int], *, seed: int 
                                         "weights_sha256": _weights_digest(program)})
 
 
+class UntrustedModelWarning(UserWarning):
+    """A model file is being loaded: torch runs the Python pickled in it."""
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """torch's own log lines and the tracebacks it prints silenced: its failures end as one edgetune line."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("torch", "torch.export", "torch.fx", "torch._export")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _warn_untrusted(path: Path) -> None:
+    warnings.warn(f"loading {path} runs the Python code pickled in it (torch's format): load only model files "
+                  "you trust", UntrustedModelWarning, stacklevel=3)
+
+
 def _program(text: str, example: Any) -> tuple[Any, str, str, str | None]:
     """(exported program, label, kind, file sha256) of a model path or ``module:factory``."""
     import torch
@@ -241,11 +270,15 @@ def _program(text: str, example: Any) -> tuple[Any, str, str, str | None]:
     if path.suffix == ".pt2":
         if not path.is_file():
             raise WorkloadError(f"model file {text} does not exist")
+        _warn_untrusted(path)
         try:
-            return torch.export.load(str(path)), path.stem, "pt2", _file_digest(path)
+            with _quiet_torch():
+                return torch.export.load(str(path)), path.stem, "pt2", _file_digest(path)
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad archive
-            raise WorkloadError(f"{text} is not a torch.export archive: {_first_line(exc)}") from None
+            raise WorkloadError(f"{text} is not a torch.export archive: {_first_line(exc)}; save the model with "
+                                "torch.export.save") from None
     if path.is_file():
+        _warn_untrusted(path)
         return _torchscript(path, example), path.stem, "torchscript", _file_digest(path)
     if ":" in text:
         mod_name, _, attr = text.rpartition(":")
@@ -394,8 +427,13 @@ def module_of(node: Any) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of what went wrong: the underlying cause when torch wraps it (ShapeProp), never torch's
+    pointer to warnings it printed (edgetune silences them)."""
+    while exc.__cause__ is not None and str(exc).startswith("ShapeProp error"):
+        exc = exc.__cause__
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    return "its content cannot be read" if "check the warnings above" in line else line
 
 
 def load_network(model: str, input_shape: tuple[int, int, int, int] | None = None) -> Network:
