@@ -119,7 +119,8 @@ def test_the_board_side_stop_ends_a_real_agent_group(tmp_path):
     assert agent.wait(timeout=10) != 0 and not pid_file.exists()
 
 
-def test_the_agent_adds_only_what_tuning_needs():
+def test_the_agent_adds_only_what_tuning_and_runs_need():
     from toolkit.rpc import agent
 
-    assert sorted(agent.FUNCTIONS) == ["edgetune.board_info", "edgetune.health", "edgetune.vta.run"]
+    assert sorted(agent.FUNCTIONS) == ["edgetune.board_info", "edgetune.health", "edgetune.vta.run",
+                                       "edgetune.vta.run_model"]

@@ -34,6 +34,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {"vta": ("vta",), "cpu": (), "cuda": ()}
 """Board families, each with the profile tables its boards need (its backend: :mod:`toolkit.backends`)."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """Board, board type and tag names (matched whole: ``fullmatch``)."""
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
 """A host name or an IPv4/IPv6 address; never an option (leading ``-``), a space or shell syntax."""
 
@@ -278,6 +279,24 @@ class Inventory:
         atomic_write_text(self.path, text)
 
 
+def check_private_key(path: Path) -> None:
+    """Refuse an SSH key file that is missing, a public key, or readable by other users (as ssh does)."""
+    if not path.is_file():
+        raise BoardError(f"SSH key file {path} does not exist or is not a file; give the path of a private key")
+    try:
+        head = path.read_bytes()[:200]
+    except OSError as exc:
+        raise BoardError(f"cannot read SSH key file {path}: {exc.strerror}") from None
+    if head.startswith((b"ssh-", b"ecdsa-", b"sk-")) or path.suffix == ".pub":
+        raise BoardError(f"{path} is a public key; give the private key (the same path without .pub)")
+    if b"PRIVATE KEY-----" not in head:
+        raise BoardError(f"{path} is not an SSH private key (no PRIVATE KEY block); give the key ssh-keygen wrote")
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise BoardError(f"the SSH key {path} is readable by other users (mode {mode:o}); `chmod 600 {path}`, as "
+                         "ssh itself requires")
+
+
 def validate_entry(entry: BoardEntry, check_key: bool = True) -> None:
     """Check a board entry before it is stored (``check_key``: its SSH key file exists)."""
     if not _NAME.fullmatch(entry.name):
@@ -290,8 +309,11 @@ def validate_entry(entry: BoardEntry, check_key: bool = True) -> None:
     load_profile(entry.type)
     if not 0 < entry.port < 65536:
         raise BoardError(f"port {entry.port} is out of range 1..65535")
-    if check_key and entry.key and not Path(entry.key).expanduser().is_file():
-        raise BoardError(f"SSH key file {entry.key} does not exist; give the path of a private key")
+    if entry.user is not None and not _USER.fullmatch(entry.user):
+        raise BoardError(f"user {entry.user!r} is not a login name (letters, digits, '.', '_' or '-', starting with "
+                         "a letter or '_', at most 32)")
+    if check_key and entry.key:
+        check_private_key(Path(entry.key).expanduser())
     for tag in entry.tags:
         if not isinstance(tag, str) or not _NAME.fullmatch(tag):
             raise BoardError(f"tag {tag!r} must be letters, digits, '.', '_' or '-'")
