@@ -284,6 +284,10 @@ def import_autotvm(
     brd = board_from(board, inventory, vta_config)
     check_folder(out, "--out")
     summary = backend_for(brd.profile).import_autotvm(log, brd, out)
+    if not summary.logs:
+        left = "; ".join(f"{n} x {why}" for why, n in summary.skipped.items()) or "it holds no record"
+        raise ConfigError(f"nothing of {log} imports for {brd.name}'s VTA model ({left}); give a log of TVM's "
+                          "conv2d_packed.vta template tuned for this hardware config")
     if json:
         console.print_json({"logs": {k: str(v) for k, v in summary.logs.items()}, "records": summary.records,
                             "skipped": summary.skipped})
@@ -292,5 +296,3 @@ def import_autotvm(
                   [(spec, summary.records.get(spec, 0), path) for spec, path in summary.logs.items()])
     for why, n in summary.skipped.items():
         console.info(f"left out: {n} x {why}")
-    if not summary.logs:
-        console.warn(f"no record of {log} is for {brd.name}'s VTA model; see `left out` above")

@@ -232,6 +232,12 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
         raise ExportError(f"export folder {out_dir} is a symlink; give a plain folder for --out")
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"export folder {out_dir} is a file; choose a new --out folder")
+    for parent in out_dir.resolve().parents:
+        if (parent / MANIFEST).is_file():
+            raise ExportError(f"--out {out_dir} lies inside {parent}, an export (it has a {MANIFEST}): an export "
+                              "holds only the files its manifest lists; choose a folder outside it")
+    if out_dir.resolve() == Path.cwd().resolve() and any(out_dir.iterdir()):
+        raise ExportError("--out is the current folder, which is not empty; give the name of a new folder")
     if not out_dir.exists() or not any(out_dir.iterdir()):
         return
     if not force:

@@ -335,6 +335,11 @@ CASES: list[Case] = [
          files={"L.jsonl": _log(RECORD)}, keep=("L.jsonl",)),
     Case("import-autotvm: a CPU board", ("import-autotvm", "a.log", "--board", "local", "--out", "o"),
          "imported for VTA boards", files={"a.log": ""}),
+    Case("import-autotvm: a log of another target", ("import-autotvm", "a.log", "--out", "o"), "nothing of a.log imports",
+         files={"a.log": json.dumps({"input": ["llvm -keys=cpu", "conv2d_NCHWc.x86", [], {}], "config": {
+             "index": 1, "entity": []}, "result": [[0.001], 0, 1.0, 1], "version": 0.2}) + "\n"}),
+    Case("export: --out inside an export", ("export", "--log", "L.jsonl", "--out", "ex/inner"), "lies inside",
+         files={"L.jsonl": _log(RECORD), "ex/manifest.json": "{}"}, keep=("ex/manifest.json",)),
     Case("import-autotvm: --out is a file", ("import-autotvm", "a.log", "--out", "f"), "is a file",
          files={"a.log": "", "f": "x"}, keep=("f",)),
     # -- model files ---------------------------------------------------------------------------------------------
