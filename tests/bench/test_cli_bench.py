@@ -80,6 +80,9 @@ def test_report_on_a_real_log_writes_png_and_html(bench_out, tmp_path):
     assert "data:image/png;base64,iVBORw0KGgo" in page
     assert page.count("<tr>") >= 1 + 1 + 1 + 3        # log table (head + row), best-configs table (head + 3)
     assert "tile_co" in page
+    res = CliRunner().invoke(app, ["report", log, "--out", str(tmp_path / "r.png")])
+    assert res.exit_code == 2 and "exists; pass --force" in res.output      # an existing file is not overwritten
+    assert CliRunner().invoke(app, ["report", log, "--out", str(tmp_path / "r.png"), "--force"]).exit_code == 0
     res = CliRunner().invoke(app, ["report", log, "--out", str(tmp_path / "r.pdf")])
     assert res.exit_code == 2 and ".png or .html" in res.output
 

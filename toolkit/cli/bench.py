@@ -158,12 +158,16 @@ def report(
         "--out", "-o", help="Report file: .png or .html (PNG embedded + tables); without it the best configs "
                             "are printed, as `edgetune best` does.")] = None,
     top: Annotated[int, typer.Option(min=1, help="How many of the best configs to list per log.")] = 5,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """A tuning log's convergence, valid/invalid trials over time and the best configs' knob values."""
     if out is None:
         return best(logs, top, json)
     from toolkit.report import log_report
+
+    if (out.exists() or out.is_symlink()) and not force:
+        raise ConfigError(f"--out {out} exists; pass --force to replace it, or choose another file")
 
     log_report(logs, out, top)
     console.info(f"wrote {out}")

@@ -34,6 +34,18 @@ EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
 """A zip archive with no member (what ``zipfile.ZipFile(path, "w").close()`` writes)."""
 
 
+def _checkpoint() -> bytes:
+    """The layout ``torch.save`` writes (a zip of ``NAME/data.pkl``, ``NAME/version``), without torch."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("sd/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("sd/version", b"3\n")
+    return buf.getvalue()
+
+
 @dataclass(frozen=True)
 class Case:
     """One bad input and the answer it must get."""
@@ -347,5 +359,9 @@ CASES: list[Case] = [
            files={"m.pt2": content}, keep=("m.pt2",))
       for what, content in (("an empty", b""), ("a garbage", b"garbage\n"), ("an empty-zip", EMPTY_ZIP))
       for cmd, rest in ((("workloads", "extract"), ()), (("tune", "--model"), ("-n", "1", "--log", "L.jsonl")))],
+    Case("workloads extract: a torch.save state_dict", ("workloads", "extract", "sd.pt"), "torch.save checkpoint",
+         files={"sd.pt": _checkpoint()}),
+    Case("workloads extract: a Python file without its factory", ("workloads", "extract", "net.py"),
+         "name the function", files={"net.py": "def make():\n    pass\n"}),
 ]
 """Every case of the bad-input suite."""

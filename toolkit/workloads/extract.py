@@ -278,6 +278,7 @@ def _program(text: str, example: Any) -> tuple[Any, str, str, str | None]:
             raise WorkloadError(f"{text} is not a torch.export archive: {_first_line(exc)}; save the model with "
                                 "torch.export.save") from None
     if path.is_file():
+        _refuse_non_model(path)
         _warn_untrusted(path)
         return _torchscript(path, example), path.stem, "torchscript", _file_digest(path)
     if ":" in text:
@@ -288,6 +289,25 @@ def _program(text: str, example: Any) -> tuple[Any, str, str, str | None]:
         f"model {text!r} is neither a file, a built-in network nor module:factory; give a .pt2 "
         "(torch.export.save), a TorchScript file (torch.jit.save) or e.g. mypkg.models:make_net"
     )
+
+
+def _refuse_non_model(path: Path) -> None:
+    """A Python file without its factory, or a ``torch.save`` checkpoint (weights, not a graph), said as such."""
+    import zipfile
+
+    if path.suffix == ".py":
+        raise WorkloadError(f"{path} is a Python file; name the function in it that builds the model: "
+                            f"{path}:make_net (file.py:factory)")
+    try:
+        names = zipfile.ZipFile(path).namelist() if zipfile.is_zipfile(path) else None
+        legacy = names is None and path.read_bytes()[:2] == b"\x80\x02"
+    except (OSError, zipfile.BadZipFile):
+        return
+    scripted = names is not None and any(n.endswith("constants.pkl") or "/code/" in n for n in names)
+    if legacy or (names is not None and not scripted and any(n.endswith("data.pkl") for n in names)):
+        raise WorkloadError(f"{path} is a torch.save checkpoint (a state_dict or a pickled module: weights, not a "
+                            "graph edgetune can trace); save the model with torch.export.save(torch.export.export("
+                            "model, (x,)), 'model.pt2') or pass file.py:factory")
 
 
 def _file_digest(path: Path) -> str:
