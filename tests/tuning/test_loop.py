@@ -70,6 +70,10 @@ def test_log_reuse_rules(tmp_path):
         tune(_task("conv2d:H=14,W=14,CI=32,CO=16,K=3,S=1,P=1", bias=True), make_tuner("grid"), 3, log=log,
              resume=True)
     assert len(read_log(log)[1]) == 3
+    header_only = tmp_path / "failed.jsonl"          # what a run that failed before its first trial leaves
+    header_only.write_text(log.read_text().splitlines()[0] + "\n")
+    assert tune(_task(), make_tuner("grid"), 3, log=header_only).trials == 3     # taken over, no --resume needed
+    assert len(read_log(header_only)[1]) == 3
     assert default_log_path(_task("resnet18.C11")).as_posix() == "edgetune-logs/vta-fsim/resnet18.C11.jsonl"
     assert default_log_path(_task()).as_posix() == "edgetune-logs/vta-fsim/conv2d_N1_H14_W14_CI32_CO32_K3_S1_P1.jsonl"
 

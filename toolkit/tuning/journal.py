@@ -330,16 +330,27 @@ def best_per_workload(records: Iterable[Record], *, board: str | None = None) ->
 
 def open_journal(log: str | Path | None, task: dict[str, Any], *, resume: bool) -> tuple[Journal | None, list[Record]]:
     """The :class:`Journal` of ``log`` for the task description ``task`` (a header's task), opened for
-    appending, and the records already in it; ``(None, [])`` without a log. An existing, non-empty log
-    is continued only with ``resume`` (else :class:`LogError`)."""
+    appending, and the records already in it; ``(None, [])`` without a log. An existing log holding records
+    is continued only with ``resume`` (else :class:`LogError`); one holding only its header (a run that failed
+    before its first trial) is taken over."""
     if log is None:
         return None, []
     path = Path(log)
     check_log_path(path)
-    if path.exists() and path.stat().st_size > 0 and not resume:
+    if path.exists() and path.stat().st_size > 0 and not resume and _holds_records(path):
         raise LogError(f"tuning log {path} already exists; pass --resume to continue it or choose another --log")
     journal = Journal(path, LogHeader(task))
     return journal, journal.open()
+
+
+def _holds_records(path: Path) -> bool:
+    """Whether a log holds any record (an unreadable one counts as holding some: it is never taken over)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TruncatedLogWarning)
+            return bool(read_log(path)[1])
+    except LogError:
+        return True
 
 
 class Journal:
