@@ -1,6 +1,7 @@
 """The foundation commands through typer's CliRunner and as a real subprocess."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -37,6 +38,9 @@ def test_board_add_list_show_remove(tmp_path):
     r = invoke("board", "show", "pynq1", "--json", "--inventory", inv)
     shown = json.loads(r.output)
     assert shown["profile"]["vta"]["bitstream"] == "1x16_i8w8a32_15_15_18_17"
+    text = invoke("board", "show", "pynq1", "--inventory", inv).output
+    for key in ("arch", "family", "host", "vta"):      # each once, the entry's and the profile's merged
+        assert len(re.findall(rf"^[│|]? *{key} ", text, flags=re.M)) == 1, (key, text)
     r = invoke("board", "list", "--inventory", inv)
     assert "pynq1" in r.output and "vta-fsim" in r.output
     r = invoke("board", "remove", "pynq1", "--inventory", inv)

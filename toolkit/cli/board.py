@@ -79,11 +79,9 @@ def show(name: Annotated[str, typer.Argument(help="Board name.")], inventory: In
     if json:
         console.print_json(d)
         return
-    for k, v in d.items():
-        if k != "profile":
-            console.info(f"{k:10} {v}")
-    for k, v in d["profile"].items():
-        console.info(f"{k:10} {v}")
+    rows = {k: v for k, v in d.items() if k != "profile"}
+    rows.update((k, v) for k, v in d["profile"].items() if k not in rows and v is not None)
+    console.table(f"board {name}", ["", "value"], [(k, str(v)) for k, v in rows.items()])
 
 
 @board_app.command("remove")
