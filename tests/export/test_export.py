@@ -6,12 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,6 +14,7 @@ from typer.testing import CliRunner
 
 from toolkit.boards import BoardEntry, Inventory, load_profile, resolve_board
 from toolkit.cli.app import app
+from toolkit.testing.cli import one_line_error, sim_agent
 from toolkit.errors import EdgetuneError
 from toolkit.export import (
     KERNEL_KEYS,
@@ -27,7 +23,7 @@ from toolkit.export import (
     export,
     load_export,
 )
-from toolkit.rpc.tracker import ensure_local_rpc, tracker_summary
+from toolkit.rpc.tracker import ensure_local_rpc
 from toolkit.tuning.session import tune
 from toolkit.tuning.core.builder import LocalBuilder, build_one
 from toolkit.tuning.core.result import MeasureResult
@@ -56,11 +52,6 @@ def _invoke(*args: str):
     return cli.invoke(app, [str(a) for a in args])
 
 
-def _one_line_error(result, code: int = 2) -> str:
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output and len(lines) == 1, result.output
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +210,7 @@ def test_tampered_export_is_refused(vta_export, tmp_path):
     prog = next((copy / "kernels").glob("*.vtaprog"))
     prog.write_bytes(prog.read_bytes()[:-1] + b"\0")
     r = _invoke("run", copy, "--board", "vta-fsim")
-    assert "does not match its sha256" in _one_line_error(r)
+    assert "does not match its sha256" in one_line_error(r)
     m = json.loads((copy / "manifest.json").read_text())
     del m["kernels"][0]["config"]
     (copy / "manifest.json").write_text(json.dumps(m))
@@ -258,17 +249,17 @@ def test_bad_logs_give_one_line_errors(vta_log, tmp_path):
               corrupt: "not valid JSON", tmp_path / "missing.jsonl": "does not exist"}
     for log, words in expect.items():
         r = _invoke("export", "--log", log, "--out", tmp_path / f"out-{log.stem}")
-        assert words in _one_line_error(r), r.output
+        assert words in one_line_error(r), r.output
         assert not (tmp_path / f"out-{log.stem}").exists()
     assert "3 invalid_config" in _invoke("export", "--log", invalid, "--out", tmp_path / "x").output
     r = _invoke("export", "--log", vta_log, "--out", tmp_path / "w", "-w", "resnet18.C2")
-    assert "no valid record of workload resnet18.C2" in _one_line_error(r)
+    assert "no valid record of workload resnet18.C2" in one_line_error(r)
 
 
 def test_export_refuses_a_board_of_another_family_or_hardware(vta_log, cpu_log, tmp_path):
-    assert "tune on zcu102 first" in _one_line_error(
+    assert "tune on zcu102 first" in one_line_error(
         _invoke("export", "--log", vta_log, "--out", tmp_path / "a", "--board", "zcu102"))
-    assert "cannot be exported" in _one_line_error(
+    assert "cannot be exported" in one_line_error(
         _invoke("export", "--log", cpu_log, "--out", tmp_path / "b", "--board", "vta-fsim"))
     assert export(vta_log, tmp_path / "c", board="pynq-z1").board_type == "pynq-z1"   # same VTA config
     with pytest.raises(ExportError, match="not empty"):
@@ -288,39 +279,28 @@ def test_wrong_board_type_is_refused_at_run(vta_export, cpu_log, local_export, t
         (local_export, "pi", "is aarch64"),
     ]
     for folder, board, words in cases:
-        assert words in _one_line_error(_invoke("run", folder, "--board", board)), (folder, board)
+        assert words in one_line_error(_invoke("run", folder, "--board", board)), (folder, board)
     other_cpu = tmp_path / "other-cpu"      # a `local` export made on a machine with another CPU
     shutil.copytree(local_export, other_cpu)
     m = json.loads((other_cpu / "manifest.json").read_text())
     m["target"]["mcpu"] = "cortex-a72" if m["target"]["mcpu"] != "cortex-a72" else "skylake"
     (other_cpu / "manifest.json").write_text(json.dumps(m))
-    assert "export the log again" in _one_line_error(_invoke("run", other_cpu, "--board", "local"))
+    assert "export the log again" in one_line_error(_invoke("run", other_cpu, "--board", "local"))
     rpi4 = tmp_path / "rpi4"
     export(cpu_log, rpi4, board="rpi4")
     with pytest.raises(EdgetuneError, match="is x86_64"):
         load_export(rpi4).run("local")
-    assert "is x86_64" in _one_line_error(_invoke("run", rpi4, "--board", "local"))
+    assert "is x86_64" in one_line_error(_invoke("run", rpi4, "--board", "local"))
 
 
 # -- a VTA board over RPC: a real agent (simulated VTA device) on the loopback tracker ---------------
 @pytest.mark.slow
 def test_vta_export_runs_bit_exact_on_an_agent_over_rpc(vta_export, local_rpc, tmp_path):
     host, port = local_rpc
-    with open(tmp_path / "agent.log", "w") as log:
-        agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}",
-                                  "--key", "pynq", "--executor", "fsim", "--name", "pz-sim"],
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not any(s.get("key") == "server:pynq" for s in tracker_summary(host, port).get("server_info", [])):
-            assert agent.poll() is None and time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
-            time.sleep(0.2)
+    with sim_agent(host, port, "pynq", "pz-sim", tmp_path / "agent.log"):
         Inventory().add(BoardEntry("pz", "pynq-z1", host="127.0.0.1"))
         result = load_export(vta_export).run("pz", tracker=(host, port))
         assert result.correct is True and result.message == "bit-exact" and result.seconds > 0
-    finally:
-        os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
 
 
 def test_demo_ends_by_exporting_and_running_on_the_simulator(vta_log, tmp_path, capsys):

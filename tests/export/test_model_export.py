@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from toolkit.boards import load_profile
 from toolkit.cli.app import app
+from toolkit.testing.cli import one_line_error
 from toolkit.export import load_export
 from toolkit.export.manifest import MANIFEST
 from toolkit.tuning.journal import read_log
@@ -71,11 +72,6 @@ def _invoke(*args):
     return cli.invoke(app, [str(a) for a in args])
 
 
-def _one_line_error(result, code: int = 2) -> str:
-    lines = [ln for ln in result.output.splitlines() if ln.strip() and not ln.startswith("warning:")]
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output and len(lines) == 1, result.output
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -206,21 +202,21 @@ def test_fallback_config_is_a_point_of_every_space():
 def test_bad_model_exports_get_one_line_errors(model_file, network_log, tmp_path):
     args = ["--input-shape", SHAPE, "-b", "local", "--out"]
     r = _invoke("export", "--model", f"{model_file}:no_conv", *args, tmp_path / "a")
-    assert "no conv layers" in _one_line_error(r)
+    assert "no conv layers" in one_line_error(r)
     r = _invoke("tune", "-w", "resnet18.C11", "-b", "vta-fsim", "-t", "random", "-n", "2", "--log", tmp_path / "v.jsonl")
     assert r.exit_code == 0, r.output
     r = _invoke("export", "--model", f"{model_file}:make", "--log", tmp_path / "v.jsonl", *args, tmp_path / "b")
-    assert "tuned on a vta board" in _one_line_error(r)
+    assert "tuned on a vta board" in one_line_error(r)
     r = _invoke("tune", "-w", "conv2d:H=9,W=9,CI=8,CO=8,K=3,S=1,P=1", "-b", "local", "-t", "random", "-n", "2",
                 "--log", tmp_path / "other.jsonl")
     assert r.exit_code == 0, r.output
     r = _invoke("export", "--model", f"{model_file}:make", "--log", tmp_path / "other.jsonl", *args, tmp_path / "c")
-    assert "is a conv of this model" in _one_line_error(r)
+    assert "is a conv of this model" in one_line_error(r)
     r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "--out", tmp_path / "e")
-    assert "needs --board" in _one_line_error(r)
+    assert "needs --board" in one_line_error(r)
     r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "-b", "jetson-nano",
                 "--out", tmp_path / "f")
-    assert "is a CUDA board" in _one_line_error(r)
+    assert "is a CUDA board" in one_line_error(r)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
@@ -243,11 +239,11 @@ def test_bad_runs_get_one_line_errors(model_export, tmp_path):
     for name, words in (("wrong.npy", "inputs of shape [1, 3, 16, 16]"), ("f64.npy", "float32"),
                         ("junk.npy", "not a .npy array")):
         r = _invoke("run", model_export, "-b", "local", "--input", tmp_path / name)
-        assert words in _one_line_error(r), name
+        assert words in one_line_error(r), name
     r = _invoke("run", model_export, "-b", "local", "--input", tmp_path)
-    assert "is a folder" in _one_line_error(r)
+    assert "is a folder" in one_line_error(r)
     r = _invoke("run", model_export, "-b", "vta-fsim")
-    assert "run it on a cpu board" in _one_line_error(r)
+    assert "run it on a cpu board" in one_line_error(r)
     tampered = tmp_path / "tampered"
     import shutil
 
@@ -257,9 +253,9 @@ def test_bad_runs_get_one_line_errors(model_export, tmp_path):
     data[len(data) // 2] ^= 0xFF
     lib.write_bytes(bytes(data))
     r = _invoke("run", tampered, "-b", "local")
-    assert "does not match its sha256" in _one_line_error(r)
+    assert "does not match its sha256" in one_line_error(r)
     manifest = json.loads((tampered / MANIFEST).read_text())
     manifest["model"]["files"]["model"] = "../outside.so"
     (tampered / MANIFEST).write_text(json.dumps(manifest))
     r = _invoke("run", tampered, "-b", "local")
-    assert "re-export" in _one_line_error(r)
+    assert "re-export" in one_line_error(r)

@@ -5,12 +5,9 @@ int8 (`export --model -b vta-fsim`), their convs VTA programs run in the simulat
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -21,9 +18,10 @@ from typer.testing import CliRunner
 from toolkit.backends.vta.model import compile_vta_model
 from toolkit.boards import BoardEntry, Inventory, load_profile
 from toolkit.cli.app import app
+from toolkit.testing.cli import one_line_error, sim_agent
 from toolkit.export import load_export, sha256_file
 from toolkit.export.manifest import MANIFEST
-from toolkit.rpc.tracker import ensure_local_rpc, tracker_summary
+from toolkit.rpc.tracker import ensure_local_rpc
 from toolkit.tuning.core.space import Config
 from toolkit.vta.compiler import check_config
 from toolkit.vta.config import get_preset
@@ -44,11 +42,6 @@ def _ok(result) -> str:
     return result.stdout
 
 
-def _one_line_error(result, code: int = 2) -> str:
-    lines = [ln for ln in result.output.splitlines() if ln.strip() and not ln.startswith("warning:")]
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output and len(lines) == 1, result.output
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +147,7 @@ def test_another_vta_config_is_exported_for_and_run_with_vta_config(tmp_path):
     _ok(_invoke("export", "--model", "resnet18", "--input-shape", RESNET_SHAPE, "-b", "zcu102", "--out",
                 tmp_path / "z"))
     r = _invoke("run", tmp_path / "z", "-b", "vta-fsim")
-    assert "--vta-config zcu102" in _one_line_error(r)
+    assert "--vta-config zcu102" in one_line_error(r)
     run = json.loads(_ok(_invoke("run", tmp_path / "z", "-b", "vta-fsim", "--vta-config", "zcu102", "--json")))
     assert run["correct"] is True and run["board"] == "vta-fsim-zcu102"
 
@@ -204,25 +197,16 @@ def test_a_tuned_config_that_leaves_no_room_for_the_bias_falls_back_to_the_defau
 @pytest.mark.slow
 def test_the_int8_model_runs_on_a_board_agent_over_rpc(digits, digits_export, tmp_path):
     host, port, stop = ensure_local_rpc("local")
-    with open(tmp_path / "agent.log", "w") as log:
-        agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}",
-                                  "--key", "pynq", "--executor", "fsim", "--name", "pz-sim"],
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not any(s.get("key") == "server:pynq" for s in tracker_summary(host, port).get("server_info", [])):
-            assert agent.poll() is None and time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
-            time.sleep(0.2)
-        Inventory().add(BoardEntry("pz", "pynq-z1", host="127.0.0.1"))
-        x = np.load(digits[0] / "test.npy")[:3]
-        np.save(tmp_path / "x.npy", x)
-        run = json.loads(_ok(_invoke("run", digits_export, "-b", "pz", "--tracker", f"{host}:{port}", "--input",
-                                     tmp_path / "x.npy", "--check", "--json")))
-        assert run["correct"] is True and run["details"]["bit_exact"] is True
-        assert run["details"]["vta_seconds"] == "measured on the board" and run["inputs"] == 3
+        with sim_agent(host, port, "pynq", "pz-sim", tmp_path / "agent.log"):
+            Inventory().add(BoardEntry("pz", "pynq-z1", host="127.0.0.1"))
+            x = np.load(digits[0] / "test.npy")[:3]
+            np.save(tmp_path / "x.npy", x)
+            run = json.loads(_ok(_invoke("run", digits_export, "-b", "pz", "--tracker", f"{host}:{port}", "--input",
+                                         tmp_path / "x.npy", "--check", "--json")))
+            assert run["correct"] is True and run["details"]["bit_exact"] is True
+            assert run["details"]["vta_seconds"] == "measured on the board" and run["inputs"] == 3
     finally:
-        os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
         stop()
 
 
@@ -238,14 +222,14 @@ def test_bad_vta_model_exports_get_one_line_errors(digits, tmp_path):
     for name, words in (("wrong.npy", "calibration inputs must be"), ("nan.npy", "NaN"),
                         ("junk.npy", "is not a .npy array")):
         r = _invoke("export", *args, tmp_path / name.replace(".npy", ""), "--calibrate", tmp_path / name)
-        assert words in _one_line_error(r), name
+        assert words in one_line_error(r), name
     r = _invoke("export", *args, tmp_path / "d", "--calibrate", tmp_path)
-    assert "is a folder" in _one_line_error(r)
+    assert "is a folder" in one_line_error(r)
     r = _invoke("export", *args, tmp_path / "e", "--calibrate", "/dev/null")
-    assert "not a regular file" in _one_line_error(r)
+    assert "not a regular file" in one_line_error(r)
     r = _invoke("export", "--model", model, "--input-shape", DIGITS_SHAPE, "-b", "local", "--out", tmp_path / "f",
                 "--calibrate", folder / "calib.npy")
-    assert "drop --calibrate" in _one_line_error(r)
+    assert "drop --calibrate" in one_line_error(r)
     source = tmp_path / "net.py"
     source.write_text("from torch import nn\n\n\ndef sigmoid():\n"
                       "    return nn.Sequential(nn.Conv2d(16, 16, 3), nn.Sigmoid())\n\n\ndef odd():\n"
@@ -253,14 +237,14 @@ def test_bad_vta_model_exports_get_one_line_errors(digits, tmp_path):
                       "def first_only():\n    return nn.Sequential(nn.Conv2d(3, 16, 3), nn.Flatten())\n")
     r = _invoke("export", "--model", f"{source}:sigmoid", "--input-shape", "1,16,8,8", "-b", "vta-fsim", "--out",
                 tmp_path / "g")
-    assert "aten.sigmoid" in _one_line_error(r) and "no int8 lowering" in r.output
+    assert "aten.sigmoid" in one_line_error(r) and "no int8 lowering" in r.output
     r = _invoke("export", "--model", f"{source}:odd", "--input-shape", "1,16,8,8", "-b", "vta-fsim", "--out",
                 tmp_path / "h")
-    line = _one_line_error(r)
+    line = one_line_error(r)
     assert "no conv of the model can run on VTA" in line and "output channels 24 not a multiple of" in line
     r = _invoke("export", "--model", f"{source}:first_only", "--input-shape", "1,3,8,8", "-b", "vta-fsim", "--out",
                 tmp_path / "i")
-    assert "input channels 3 not a multiple of VTA's block 16" in _one_line_error(r)
+    assert "input channels 3 not a multiple of VTA's block 16" in one_line_error(r)
     assert not any((tmp_path / n).exists() for n in ("wrong", "nan", "junk", "d", "e", "f", "g", "h", "i"))
 
 
@@ -279,28 +263,28 @@ def test_tampered_vta_model_packages_are_refused_in_one_line(digits_export, tmp_
 
     a = copy("a")       # a changed file, not re-hashed
     (a / "graph.json").write_text((a / "graph.json").read_text().replace('"shift": ', '"shift": 1+'))
-    assert "does not match its sha256" in _one_line_error(_invoke("run", a, "-b", "vta-fsim"))
+    assert "does not match its sha256" in one_line_error(_invoke("run", a, "-b", "vta-fsim"))
     b = copy("b")       # a hostile graph, re-hashed: the graph's own checks refuse it
     graph = json.loads((b / "graph.json").read_text())
     graph["layers"][1]["inputs"] = ["nowhere"]
     (b / "graph.json").write_text(json.dumps(graph))
     _rehash(b, "graph.json")
-    assert "earlier layer" in _one_line_error(_invoke("run", b, "-b", "vta-fsim"))
+    assert "earlier layer" in one_line_error(_invoke("run", b, "-b", "vta-fsim"))
     c = copy("c")       # a pickled object array in the weights, re-hashed
     import pickle
 
     (c / "weights.npz").unlink()
     np.savez(c / "weights.npz", **{"3.weight": np.array([pickle.dumps(1)], dtype=object)})
     _rehash(c, "weights.npz")
-    assert "re-export the model" in _one_line_error(_invoke("run", c, "-b", "vta-fsim"))
+    assert "re-export the model" in one_line_error(_invoke("run", c, "-b", "vta-fsim"))
     d = copy("d")       # one layer's program swapped for another's, re-hashed
     shutil.copyfile(d / "programs" / "7.vtaprog", d / "programs" / "3.vtaprog")
     _rehash(d, "programs/3.vtaprog")
-    assert "region" in _one_line_error(_invoke("run", d, "-b", "vta-fsim"))
+    assert "region" in one_line_error(_invoke("run", d, "-b", "vta-fsim"))
     e = copy("e")       # weights of the wrong shape, re-hashed
     with np.load(e / "weights.npz") as npz:
         arrays = {k: npz[k] for k in npz.files}
     arrays["7.weight"] = arrays["7.weight"][:, :16]
     np.savez(e / "weights.npz", **arrays)
     _rehash(e, "weights.npz")
-    assert "do not fit its input" in _one_line_error(_invoke("run", e, "-b", "vta-fsim"))
+    assert "do not fit its input" in one_line_error(_invoke("run", e, "-b", "vta-fsim"))

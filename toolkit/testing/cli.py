@@ -1,0 +1,43 @@
+"""Helpers the CLI tests share: the one-line error check, and a board agent with the simulated VTA device."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def one_line_error(result: Any, code: int = 2) -> str:
+    """The single line a bad input must get from a ``CliRunner`` result (warnings aside): exit ``code``, no
+    traceback; returns the line."""
+    lines = [ln for ln in result.output.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and len(lines) == 1, result.output
+    return lines[0]
+
+
+@contextlib.contextmanager
+def sim_agent(host: str, port: int, key: str, name: str, log: Path, timeout_s: float = 60.0) -> Iterator[None]:
+    """A board agent (``--executor fsim``) registered with the tracker at ``host:port`` under ``key``, its
+    output in ``log``; stopped (its process group) on exit."""
+    from toolkit.rpc.tracker import tracker_summary
+
+    with open(log, "w") as out:
+        agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}", "--key",
+                                  key, "--executor", "fsim", "--name", name], stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not any(s.get("key") == f"server:{key}" for s in tracker_summary(host, port).get("server_info", [])):
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        yield
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
