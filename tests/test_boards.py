@@ -149,3 +149,15 @@ def test_board_remove_forgets_the_boards_provisioning_state(tmp_path):
     r = cli.invoke(app, ["board", "remove", "pi", "--inventory", str(inv)])
     assert r.exit_code == 0, r.output
     assert board_state("pi") is None and board_state("other") is not None
+
+
+def test_an_unknown_board_names_at_most_ten_registered_ones(tmp_path):
+    from toolkit.boards import HINT_BOARDS
+
+    inv = Inventory(tmp_path / "inv.toml")
+    for i in range(25):
+        inv.add(BoardEntry(f"b{i}", "rpi4", host="10.0.0.2"))
+    with pytest.raises(BoardError) as exc:
+        inv.get("nosuch")
+    message = str(exc.value)
+    assert "b8, b9 and" in message and "b10" not in message and f"and {25 - HINT_BOARDS} more" in message

@@ -34,6 +34,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {"vta": ("vta",), "cpu": (), "cuda": ()}
 """Board families, each with the profile tables its boards need (its backend: :mod:`toolkit.backends`)."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """Board, board type and tag names (matched whole: ``fullmatch``)."""
+HINT_BOARDS = 10
+"""How many registered boards an unknown-board error names."""
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
 """A host name or an IPv4/IPv6 address; never an option (leading ``-``), a space or shell syntax."""
@@ -235,7 +237,9 @@ class Inventory:
             if b.name == name:
                 return b
         known = [b.name for b in self.load()]
-        hint = f"registered: {', '.join(known)}" if known else "the inventory is empty"
+        shown = ", ".join(known[:HINT_BOARDS]) + (f" and {len(known) - HINT_BOARDS} more (edgetune board list)"
+                                                   if len(known) > HINT_BOARDS else "")
+        hint = f"registered: {shown}" if known else "the inventory is empty"
         raise BoardError(f"unknown board {name!r} ({hint}); add it with `edgetune board add {name} --type TYPE`")
 
     def add(self, entry: BoardEntry, replace: bool = False) -> BoardEntry:
