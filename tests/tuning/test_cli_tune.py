@@ -104,3 +104,17 @@ def test_sigkill_mid_run_then_resume_loses_nothing_and_measures_nothing_twice(tm
     _, recs = read_log(log)
     assert len(recs) == 120 and [r.trial for r in recs] == list(range(120))
     assert len({r.index for r in recs}) == 120, "a config was measured twice"
+
+
+def test_a_truncated_last_line_is_warned_about_once_on_resume(tmp_path, recwarn):
+    from toolkit.tuning.journal import TruncatedLogWarning
+
+    log = tmp_path / "t.jsonl"
+    assert runner.invoke(app, ["tune", "-w", "resnet18.C11", "-n", "2", "-t", "random", "--log", str(log)]).exit_code == 0
+    with log.open("a") as f:
+        f.write('{"workload": {"n"')          # a write cut by a crash
+    recwarn.clear()
+    r = runner.invoke(app, ["tune", "-w", "resnet18.C11", "-n", "3", "-t", "random", "--log", str(log), "--resume"])
+    assert r.exit_code == 0, r.output
+    assert sum(issubclass(w.category, TruncatedLogWarning) for w in recwarn) == 1
+    assert len(read_log(log)[1]) == 3
