@@ -47,6 +47,13 @@ def say(message: str) -> None:
     err.print(message, markup=False)
 
 
+def waiting(message: str) -> None:
+    """Say on a terminal what a command waits for before its first output (a model traced, a board started);
+    off a terminal nothing, so that piped output and one-line errors stay as they are."""
+    if err.is_terminal:
+        err.print(message, markup=False)
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split()).replace("[", r"\[")
 

@@ -25,6 +25,7 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
                tracker: str | None, wait_s: float, json: bool) -> None:
     """Plan the network's tasks for ``board``, tune them (``measure``: how each config is timed, on the board
     reached through ``tracker``), print the per-task table and the total."""
+    console.waiting(f"reading the convs of model {model} for input {input_shape} (seconds for a traced model)")
     net = load_network(model, parse_input_shape(input_shape))
     plan = backend_for(board.profile).plan_network(net, first_conv=first_conv)
     sched = make_scheduler(scheduler, seed=seed, trials_per_round=round_trials)
