@@ -8,6 +8,7 @@ Derandomized (a fixed set of examples per run) and without an example database, 
 from __future__ import annotations
 
 import json
+import warnings
 import math
 import struct
 import zlib
@@ -84,8 +85,11 @@ def test_every_valid_record_written_is_read_back_unchanged(tmp_path_factory, rec
     with Journal(path, LogHeader(TASK)) as journal:
         for r in records:
             journal.append(r)
-    _, back = read_log(path)
-    assert [b.to_json() for b in back] == [json.loads(json.dumps(r.to_json())) for r in records]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # an exact repeat is read once (DuplicateRecordWarning)
+        _, back = read_log(path)
+    written = [json.loads(json.dumps(r.to_json())) for r in records]
+    assert [b.to_json() for b in back] == [w for i, w in enumerate(written) if w not in written[:i]]
 
 
 # -- VTAConfig.from_json --------------------------------------------------------------------------------------

@@ -154,3 +154,15 @@ def test_what_a_run_measures_is_written_within_what_is_read_back(tmp_path):
         j.append(Record.from_result(res, trial=0, tuner="random", task=TASK))
     rec = read_log(path)[1][0]
     assert rec.costs == [1e-12, 2e-3] and rec.features == {"ok": 3.0}
+
+
+def test_a_record_line_copied_twice_is_one_measurement(tmp_path):
+    from toolkit.tuning.journal import DuplicateRecordWarning
+
+    path = tmp_path / "a.jsonl"
+    _write(path, 3)
+    with path.open("a") as f:
+        f.write(path.read_text().splitlines()[-1] + "\n")
+    with pytest.warns(DuplicateRecordWarning, match=":5: repeats an earlier record"):
+        _, recs = read_log(path)
+    assert len(recs) == 3

@@ -87,16 +87,17 @@ def _check_transfer_logs(source: str, board: Board) -> None:
 
 
 def _trials_in(path: Path) -> int:
-    """Trials a log holds (0 when there is none yet); a truncated last line is warned about once, when the run
-    takes the log over."""
+    """Trials a log holds (0 when there is none yet); a truncated last line or a repeated record is warned about
+    once, when the run takes the log over."""
     import warnings
 
-    from toolkit.tuning.journal import TruncatedLogWarning
+    from toolkit.tuning.journal import DuplicateRecordWarning, TruncatedLogWarning
 
     if not path.is_file() or path.stat().st_size == 0:
         return 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncatedLogWarning)
+        warnings.simplefilter("ignore", DuplicateRecordWarning)
         return len(read_log(path)[1])
 
 

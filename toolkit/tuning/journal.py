@@ -49,6 +49,10 @@ HEADER_KEY = "edgetune_log"
 ERROR_VALUES = frozenset(e.value for e in ErrorClass)
 
 
+class DuplicateRecordWarning(UserWarning):
+    """A record line that repeats an earlier one exactly (it is read once)."""
+
+
 class TruncatedLogWarning(UserWarning):
     """A log's last line was cut short (the writer crashed mid-record); the line was skipped."""
 
@@ -233,6 +237,7 @@ def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
         raise LogError(f"{path}:1: empty tuning log (no header); delete it and tune again")
     header: LogHeader | None = None
     records: list[Record] = []
+    seen: set[bytes] = set()
     for no, raw in enumerate(lines, start=1):
         where = f"{path}:{no}"
         last = no == len(lines)
@@ -255,7 +260,14 @@ def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
         if header is None:
             header = LogHeader.from_json(obj, where)
         else:
-            records.append(Record.from_json(obj, where))
+            record = Record.from_json(obj, where)
+            key = raw.strip()
+            if key in seen:     # a line copied twice (by hand, or a sync tool) is one measurement
+                warnings.warn(f"{where}: repeats an earlier record line; counted once", DuplicateRecordWarning,
+                              stacklevel=2)
+                continue
+            seen.add(key)
+            records.append(record)
     assert header is not None
     return header, records
 
