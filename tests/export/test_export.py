@@ -349,3 +349,14 @@ def test_a_log_tuned_with_vta_config_exports_that_config_and_runs_only_with_it(t
     assert json.loads(res.stdout)["results"][0]["correct"] is True
     res = cli.invoke(app, ["tune", "--board", "local", "--vta-config", "zcu102", "-w", "resnet18.C5", "-n", "2"])
     assert res.exit_code == 2 and "applies to VTA boards" in res.output
+
+
+def test_a_manifest_latency_far_from_the_run_is_called_what_it_is(vta_export, tmp_path):
+    copy = tmp_path / "edited"
+    shutil.copytree(vta_export, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["kernels"][0]["latency_s"] = 1e-9          # hand-edited: a thousandth of a microsecond
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    r = cli.invoke(app, ["run", str(copy), "--board", "vta-fsim"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert "over 100x apart: the manifest's latency is from another board or was edited" in r.output

@@ -22,6 +22,20 @@ from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.workloads.extract import parse_input_shape
 
 
+RATIO_LIMIT = 100.0
+"""A run this many times slower or faster than the manifest's latency is shown as a mismatch, not a ratio."""
+
+
+def _ratio(seconds: float, expected: float | None) -> str:
+    """``seconds`` against the manifest's latency: ``1.03x``, or, beyond :data:`RATIO_LIMIT`, what it means."""
+    if not expected:
+        return "-"
+    ratio = seconds / expected
+    if 1 / RATIO_LIMIT <= ratio <= RATIO_LIMIT:
+        return f"{ratio:.2f}x"
+    return f"over {RATIO_LIMIT:g}x apart: the manifest's latency is from another board or was edited"
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.4f} ms"
 
@@ -179,7 +193,7 @@ def run(
         console.table(f"{folder} on {board} (tuned latency: measured on {ex.manifest.tuned_on['board']})",
                       ["workload", "latency", "tuned latency", "ratio", "output"],
                       [(r.workload, _ms(r.seconds), _ms(r.expected_seconds),
-                        f"{r.seconds / r.expected_seconds:.2f}x" if r.expected_seconds else "-",
+                        _ratio(r.seconds, r.expected_seconds),
                         "not checked" if r.correct is None else ("correct" if r.correct else "WRONG") +
                         f" ({r.message})") for r in results])
     wrong = [r for r in results if r.correct is False]
