@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -135,3 +139,14 @@ def test_board_check_reports_facts_and_missing_pieces(sshd, trusted):
     assert not items["architecture"]["ok"]  # this x86 machine is no Pynq
     assert not items["pynq package"]["ok"] and "PYNQ image" in items["pynq package"]["fix"]
     assert not items["fpga manager"]["ok"] and not items["bitstream"]["ok"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
+                    reason="needs root, unshare and ip (a network namespace with an unreachable route)")
+def test_no_route_to_host_is_not_called_connection_refused():
+    """In a network namespace whose route to 10/8 is `unreachable`, connecting gives EHOSTUNREACH."""
+    script = ("from toolkit.rpc.ssh import connect, SSHTarget\nfrom toolkit.errors import BoardError\ntry:\n"
+              "    connect(SSHTarget('10.0.0.1', 22, 'root'), timeout=5)\nexcept BoardError as e:\n    print(e)\n")
+    proc = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up && ip route add unreachable 10.0.0.0/8 "
+                           f"&& exec {sys.executable} -c \"$0\"", script], capture_output=True, text=True, timeout=120)
+    assert "no route to host" in proc.stdout and "refused" not in proc.stdout, proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ Login uses a key file, the SSH agent or ``~/.ssh/config`` (``Host`` aliases, ``H
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import shlex
@@ -284,8 +285,12 @@ def connect(target: SSHTarget, *, accept_new_host_key: bool = False,
         raise BoardError(f"SSH login to {where} refused for {keys}; authorise the key on the board "
                          f"(`ssh-copy-id -i KEY.pub -p {target.port} {target.user or 'USER'}@{target.host}`, "
                          "or `edgetune board console --install-key`) or give the right one with --key") from None
-    except paramiko.ssh_exception.NoValidConnectionsError:
+    except paramiko.ssh_exception.NoValidConnectionsError as exc:
         client.close()
+        codes = {getattr(e, "errno", None) for e in exc.errors.values()}
+        if codes & {errno.EHOSTUNREACH, errno.ENETUNREACH}:
+            raise BoardError(f"cannot reach {where}: no route to host; check the board is powered on, on this "
+                             "network, and the address is right") from None
         raise BoardError(f"cannot reach {where}: connection refused; is sshd running on the board and "
                          "is the port right (`edgetune board add NAME --port P --replace`)?") from None
     except socket.gaierror as exc:
