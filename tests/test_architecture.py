@@ -29,12 +29,12 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.bench": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                       "toolkit.tuning", "toolkit.backends"},
     "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.bench", "toolkit.workloads"},
-    "toolkit.testing": {"toolkit.errors", "toolkit.tuning"},
+    "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc"},
 }
-"""Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo`` and
-``toolkit.__main__`` sit on top and may import any of them."""
+"""Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo``,
+``toolkit.__main__`` and ``toolkit.entry`` (the console script) sit on top and may import any of them."""
 
-TOP = {"toolkit", "toolkit.cli", "toolkit.demo", "toolkit.__main__"}
+TOP = {"toolkit", "toolkit.cli", "toolkit.demo", "toolkit.__main__", "toolkit.entry"}
 
 
 def _module_name(path: Path) -> str:

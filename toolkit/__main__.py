@@ -1,5 +1,5 @@
 """``python -m toolkit`` runs the ``edgetune`` command."""
 
-from toolkit.cli import main
+from toolkit.entry import main
 
 main()

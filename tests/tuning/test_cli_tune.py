@@ -118,3 +118,18 @@ def test_a_truncated_last_line_is_warned_about_once_on_resume(tmp_path, recwarn)
     assert r.exit_code == 0, r.output
     assert sum(issubclass(w.category, TruncatedLogWarning) for w in recwarn) == 1
     assert len(read_log(log)[1]) == 3
+
+
+@pytest.mark.parametrize("after_s", [0.3, 4.0])
+def test_ctrl_c_while_starting_or_tuning_is_one_line(tmp_path, after_s):
+    """At 0.3 s the command is still starting; at 4 s it is tuning. Either way: one line, and exit 130 (or the
+    SIGINT status a shell also shows as 130)."""
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "tune", "-w", "resnet18.C2", "-n", "100000", "-t",
+                             "random", "--log", str(tmp_path / "l.jsonl")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
+    assert lines[-1].startswith("error: interrupted") and len([ln for ln in lines if "error" in ln]) == 1, err

@@ -59,9 +59,16 @@ def _plain_help(command) -> None:  # noqa: ANN001 - a click command of any kind
 class _Group(TyperGroup):
     """Root group: turns every :class:`EdgetuneError` into a one-line error and exit code 2."""
 
+    interrupt_said = False
+
     def main(self, *args, **kwargs):  # type: ignore[override]
         _plain_help(self)
-        return super().main(*args, **kwargs)
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as exc:   # typer turns a Ctrl-C while it parses into a silent exit 130
+            if exc.code == 130 and not _Group.interrupt_said:
+                console.error("interrupted; nothing was done")
+            raise
 
     def invoke(self, ctx):  # type: ignore[override]
         args = (*(getattr(ctx, "protected_args", None) or getattr(ctx, "_protected_args", ())), *ctx.args)
@@ -81,9 +88,15 @@ class _Group(TyperGroup):
                           as_json=as_json)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            console.error("interrupted; every record written so far is kept (resume with --resume)")
+            keeps = ("every record written so far is kept (resume with --resume)"
+                     if ctx.invoked_subcommand in RESUMABLE else "nothing was left half-written")
+            console.error(f"interrupted; {keeps}", as_json=as_json)
+            _Group.interrupt_said = True
             raise typer.Exit(130) from None
 
+
+RESUMABLE = ("tune", "bench")
+"""Commands whose interrupted run leaves a log to resume."""
 
 app = typer.Typer(
     cls=_Group,
