@@ -193,8 +193,8 @@ def _markdown(results: dict[str, Any], command: str) -> str:
               "the tuned export is within noise of the untuned one at one thread (the fallback config is trial 0 of "
               "every task, and few tasks beat it in 15 more trials); at two threads, configs tuned at one thread can "
               "lose to it. Depthwise convs (MobileNet) take TVM's default lowering in every column but torch.", "",
-              "CUDA: not run. The whole-model export is built for CPU boards only, and no GPU was lent to the session "
-              "that ran this benchmark.", ""]
+              "CUDA: not run. Whole-model exports are built for CPU and VTA boards, not CUDA ones, and no GPU was "
+              "lent to the session that ran this benchmark.", ""]
     return "\n".join(lines)
 
 
