@@ -8,8 +8,9 @@ For each VTA preset (``pynq``: board ``vta-fsim``; ``zcu102``: ``vta-fsim --vta-
 
 * **TVM fallback**: every VTA conv compiled with AutoTVM's config 0 (what TVM's VTA flow runs for a conv without a
   tophub or log record) and the model's epilogue, its time from the simulator's timing model;
-* **edgetune untuned**: ``export --model`` with no log, then ``run`` on five inputs (convs on VTA in the simulator, the first conv,
-  pooling, residual adds and the classifier in numpy on this host), checked bit for bit and against PyTorch;
+* **edgetune untuned**: ``export --model`` with no log, then ``run`` on five inputs (convs on VTA in the simulator,
+  the first conv, pooling, residual adds and the classifier in numpy on this host), checked bit for bit and
+  against PyTorch;
 * **edgetune tuned**: ``tune --model`` with the default tuner, ``--trials-per-task`` trials per VTA conv shape (the
   log under ``bench/out/vta_model/``, reused when present), then ``export --model --log`` and ``run``.
 
@@ -146,7 +147,8 @@ def _export_and_run(preset: str, log: Path | None, name: str) -> dict[str, Any]:
     run = load_export(out).run_model(with_vta_preset(resolve_board("vta-fsim"), preset), x, check=True)
     d = run.details
     return {"export": str(out.relative_to(ROOT)), "export_s": export_s, "latency_ms": run.latency_s * 1e3,
-            "vta_ms": d["vta_ms"], "cpu_ms": run.latency_s * 1e3 - d["vta_ms"], "bit_exact": d["bit_exact"], "correct": run.correct,
+            "vta_ms": d["vta_ms"], "cpu_ms": run.latency_s * 1e3 - d["vta_ms"], "bit_exact": d["bit_exact"],
+            "correct": run.correct,
             "cosine": d["pytorch"]["cosine_min"], "top1": d["pytorch"]["top1_agreement"],
             "schedules": [c["schedule"] for c in load_export(out).manifest.model["convs"]],
             "fell_back": sum(bool(v.get("note")) for v in load_export(out).manifest.model["vta_layers"])}
@@ -258,7 +260,8 @@ def main() -> None:
     parser.add_argument("--presets", default="pynq,zcu102")
     parser.add_argument("--trials-per-task", type=int, default=32, help="0: no tuned export")
     parser.add_argument("--emulated", action="store_true",
-                        help="also run the tuned ZCU102 export on an emulated ZCU102 (needs root, as make test-emulated)")
+                        help="also run the tuned ZCU102 export on an emulated ZCU102 (needs root, as make "
+                             "test-emulated)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--doc-only", action="store_true", help="rewrite the docs section from results.json")
     args = parser.parse_args()

@@ -110,7 +110,8 @@ def test_a_truncated_last_line_is_warned_about_once_on_resume(tmp_path, recwarn)
     from toolkit.tuning.journal import TruncatedLogWarning
 
     log = tmp_path / "t.jsonl"
-    assert runner.invoke(app, ["tune", "-w", "resnet18.C11", "-n", "2", "-t", "random", "--log", str(log)]).exit_code == 0
+    first = runner.invoke(app, ["tune", "-w", "resnet18.C11", "-n", "2", "-t", "random", "--log", str(log)])
+    assert first.exit_code == 0, first.output
     with log.open("a") as f:
         f.write('{"workload": {"n"')          # a write cut by a crash
     recwarn.clear()

@@ -245,7 +245,8 @@ def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, outp
         console.table("per layer (last input)", ["layer", "op", "device", "latency"],
                       [(r["layer"], r["op"], r["device"], f"{r['ms']:.4f} ms") for r in d["layers"]])
     elif result.per_layer:
-        console.table("per conv (each kernel timed alone)", ["conv", "workload", "schedule", "latency", "tuned latency"],
+        console.table("per conv (each kernel timed alone)",
+                      ["conv", "workload", "schedule", "latency", "tuned latency"],
                       [(r["module"], r["workload"] or "-", r["schedule"], _ms(r["seconds"]), _ms(r["tuned_seconds"]))
                        for r in result.per_layer])
 

@@ -79,8 +79,8 @@ def compile_vta_model(program: Any, profile: BoardProfile, convs: Sequence[tuple
                       ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """Quantise ``program`` on ``calibration`` (``None``: :data:`CALIBRATION_SYNTHETIC` synthetic inputs) and
     write the package into ``folder``; ``convs`` (graph order: module, template or ``None`` for the CPU, config)
-    say which convs VTA runs and with which config (a model none of whose convs VTA runs is refused). Returns (files by role, conv module -> layer name, the
-    manifest's extra model keys)."""
+    say which convs VTA runs and with which config (a model none of whose convs VTA runs is refused). Returns
+    (files by role, conv module -> layer name, the manifest's extra model keys)."""
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
     from toolkit.vta.quantize import conv_workload, float_graph, quantize, vta_refusal
