@@ -127,7 +127,9 @@ def test_ctrl_c_while_starting_or_tuning_is_one_line(tmp_path, after_s):
     SIGINT status a shell also shows as 130)."""
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "tune", "-w", "resnet18.C2", "-n", "100000", "-t",
                              "random", "--log", str(tmp_path / "l.jsonl")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # a shell's background job ignores SIGINT, and its children inherit that: undo it
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(after_s)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
