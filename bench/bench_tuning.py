@@ -83,7 +83,7 @@ def overhead(task: Task, cache: MeasurementCache, repeats: int = 3) -> dict[str,
         rng = np.random.default_rng(rep)
         history = [recs[i].to_result() for i in rng.permutation(len(recs))[:500]]
         tuner = make_tuner("xgb", seed=rep)
-        tuner.setup(TuningContext(space=task.space, extra={"flops": float(task.flops)}))
+        tuner.setup(TuningContext(space=task.space, flops=float(task.flops)))
         t0 = time.perf_counter()
         tuner.load_history(history)
         t1 = time.perf_counter()
@@ -116,7 +116,7 @@ def overhead_large(repeats: int = 3) -> dict[str, float]:
         secs = 1e-3 * (1 + np.abs(np.log2(f[:, 3] + 1) - 2) + np.abs(np.log2(f[:, 7] + 1) - 3) + 0.1 * rng.random(500))
         history = [MeasureResult(i, {}, costs=[float(t)]) for i, t in zip(idx, secs)]
         tuner = make_tuner("xgb", seed=rep)
-        tuner.setup(TuningContext(space=space, extra={"flops": 1e9}))
+        tuner.setup(TuningContext(space=space, flops=1e9))
         t0 = time.perf_counter()
         tuner.load_history(history)
         t1 = time.perf_counter()

@@ -102,7 +102,7 @@ def drive(tuner: Tuner, n_trials: int, *, batch: int = 8, objective: Objective =
     With ``check``, every proposal is checked to be at most the number asked for.
     """
     space = space or synthetic_space()
-    tuner.setup(TuningContext(space=space, extra={"flops": FLOPS}))
+    tuner.setup(TuningContext(space=space, flops=FLOPS))
     if history:
         tuner.load_history(list(history))
     out: list[MeasureResult] = []
@@ -185,7 +185,7 @@ class TunerConformance:
         def nothing_compiles(indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
             return [all_invalid(space, int(i)) for i in indices]
 
-        tuner.setup(TuningContext(space=space, compile_features=nothing_compiles, extra={"flops": FLOPS}))
+        tuner.setup(TuningContext(space=space, compile_features=nothing_compiles, flops=FLOPS))
         measured = 0
         for _ in range(self.n_trials):   # at most one round per trial of the budget
             indices = tuner.propose(min(self.batch, self.n_trials - measured))

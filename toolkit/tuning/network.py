@@ -37,7 +37,7 @@ from toolkit.tuning.models.transfer import GrowingTransfer
 from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.scheduler import TaskScheduler
 from toolkit.tuning.core.task import Task
-from toolkit.tuning.tuners.base import Tuner, make_tuner
+from toolkit.tuning.tuners.base import TransferLearner, Tuner, make_tuner, resolve_transfer
 from toolkit.workloads import Conv2dWorkload
 
 
@@ -108,14 +108,13 @@ class NetworkSummary:
 
 
 def _network_transfer(tuners: Sequence[Tuner], task: Task, seed: int) -> GrowingTransfer | None:
-    """The network's own transfer model when its tuners learn from other tasks (``use_transfer``): it
+    """The network's own transfer model when its tuners learn from other tasks (:class:`TransferLearner`): it
     fine-tunes the model they were given (``'pretrained'``: the board's shipped one), else starts from none."""
-    if not tuners or not all(hasattr(t, "use_transfer") for t in tuners):
+    if not tuners or not all(isinstance(t, TransferLearner) for t in tuners):
         return None
-    given = tuners[0].params.get("transfer")
-    if given == "pretrained":
-        given = task.backend.pretrained_transfer(task.board.profile)
-    return GrowingTransfer(base=given if hasattr(given, "predict_seconds") else None, seed=seed)
+    given = resolve_transfer(tuners[0].params["transfer"],
+                             lambda: task.backend.pretrained_transfer(task.board.profile))
+    return GrowingTransfer(base=given, seed=seed)
 
 
 MeasureWith = Callable[[Task], tuple[Builder, Runner]]
@@ -205,7 +204,7 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             if not sessions[i].started:
                 sessions[i].start(history[i])
             if network_model is not None and (model := network_model.current()) is not given[i]:
-                tuners[i].use_transfer(model)   # type: ignore[attr-defined]
+                tuners[i].use_transfer(model)
                 given[i] = model
             round_summary = TuneSummary(workload=tasks[i].workload.label, board=board.name, tuner=summary.tuner,
                                         flops=tasks[i].flops)

@@ -25,7 +25,7 @@ from toolkit.tuning.journal import Record, open_journal, workload_key
 from toolkit.tuning.core.runner import BoardLostError, MeasureOptions, Runner
 from toolkit.tuning.core.task import Task
 from toolkit.tuning.core.template import Artifact
-from toolkit.tuning.tuners.base import Tuner, TuningContext
+from toolkit.tuning.tuners.base import Driver, Tuner, TuningContext
 
 MAX_BOARD_RETRIES = 3
 """How often a batch is re-measured after the board was lost before the run stops."""
@@ -97,7 +97,7 @@ def default_log_path(task: Task, root: str | Path = "edgetune-logs") -> Path:
     return Path(root) / task.board.name / f"{label}.jsonl"
 
 
-def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = None, resume: bool = False,
+def tune(task: Task, tuner: Tuner | Driver, n_trials: int, *, log: str | Path | None = None, resume: bool = False,
          early_stopping: int | None = None, builder: Builder | None = None, runner: Runner | None = None,
          measure_options: MeasureOptions | None = None, callback: Callback | None = None,
          batch_size: int | None = None, time_budget_s: float | None = None,
@@ -111,15 +111,15 @@ def tune(task: Task, tuner: Tuner, n_trials: int, *, log: str | Path | None = No
     not improved for ``K`` trials (AutoTVM); ``time_budget_s`` stops starting new rounds once the run has
     lasted that long (``stopped="time_budget"``); ``target_seconds`` stops once the best is that fast
     (``stopped="target"``: benchmarks that know a space's optimum stop there, nothing after it can change). Builder and runner default to the board's;
-    a *driver* tuner (``drives_itself``, e.g. ``metaschedule``) gets the whole run through its
+    a :class:`~toolkit.tuning.tuners.base.Driver` (e.g. ``metaschedule``) gets the whole run through its
     ``drive(task, n_trials, log=, resume=, runner=, measure_options=, callback=)`` instead;
     ``measure_options`` defaults to timing only (no output check, as AutoTVM); pass
     ``MeasureOptions(check=True)`` to compare every output with the reference.
     """
     if n_trials < 0:
         raise LogError(f"the number of trials must be >= 0, got {n_trials}")
-    if getattr(tuner, "drives_itself", False):   # a driver (metaschedule) runs its own search loop
-        return tuner.drive(task, n_trials, log=log, resume=resume, runner=runner,  # type: ignore[attr-defined]
+    if isinstance(tuner, Driver):   # a driver (metaschedule) runs its own search loop
+        return tuner.drive(task, n_trials, log=log, resume=resume, runner=runner,
                            measure_options=measure_options, callback=callback)
     t_start = time.perf_counter()
     own_builder = builder is None
@@ -184,8 +184,8 @@ class Session:
 
         ctx = TuningContext(space=task.space, compile_features=compile_features,
                             n_parallel=max(1, builder.n_parallel),
-                            extra={"flops": float(task.flops), "task": task.describe(),
-                                   "pretrained": lambda: task.backend.pretrained_transfer(task.board.profile)})
+                            flops=float(task.flops), task=task.describe(),
+                            pretrained=lambda: task.backend.pretrained_transfer(task.board.profile))
         t0 = time.perf_counter()
         self.tuner.setup(ctx)
         self.measured.update(r.index for r in history)

@@ -7,7 +7,8 @@ from toolkit.errors import ConfigError
 from toolkit.testing.conformance import TunerConformance, drive, synthetic_compile, synthetic_space, with_compiler
 from toolkit.tuning.core.space import CategoricalKnob, ConfigSpace
 from toolkit.tuning.tuners.base import TUNERS, TuningContext, make_tuner, tuner_class, tuner_names
-from toolkit.tuning.tuners.chameleon import (PLUS_DEFAULTS, PLUS_OPTIONS, ChameleonPlusTuner, ChameleonTuner)
+from toolkit.tuning.tuners.chameleon import PLUS_DEFAULTS, ChameleonPlusTuner, ChameleonTuner
+from toolkit.tuning.tuners.options import PLUS_OPTIONS
 
 # A smaller search than the default keeps the suite fast; the contract does not depend on it.
 FAST_RL = {"episodes": 32, "max_steps": 60, "max_rounds": 60}
@@ -95,7 +96,7 @@ def test_compile_features_join_the_knob_features_once_per_task() -> None:
         return synthetic_compile(space, idx)
 
     tuner = make_tuner("xgb", seed=0, features="compile")
-    tuner.setup(TuningContext(space=space, compile_features=compile_features, extra={"flops": 1e9}))
+    tuner.setup(TuningContext(space=space, compile_features=compile_features, flops=1e9))
     feats = tuner._features(np.arange(space.size))
     tuner._features([0, 1])
     assert calls == [space.size]                       # the whole space, compiled once
@@ -123,7 +124,7 @@ def test_auto_features_use_the_compiler_where_they_can_and_knob_values_elsewhere
              (big, lambda idx: [{} for _ in idx], False)]                  # too many configs to compile
     for sp, compiler, compiled in cases:
         tuner = make_tuner("chameleon+", seed=0)                           # features="auto" is its default
-        tuner.setup(TuningContext(space=sp, compile_features=compiler, extra={"flops": 1e9}))
+        tuner.setup(TuningContext(space=sp, compile_features=compiler, flops=1e9))
         assert tuner.stats()["compile_features"] == float(compiled)
         assert (tuner._features([0]).shape[1] > n_knob) == compiled
         assert (tuner.stats()["compile_s"] > 0) == compiled            # the table's one-time compilation

@@ -70,7 +70,7 @@ def planted_measure(space: ConfigSpace, index: int) -> MeasureResult:
 def run_planted(tuner, n_trials: int = 160) -> list[MeasureResult]:
     space = planted_space()
     tuner.setup(TuningContext(space=space, compile_features=lambda idx: planted_compile(space, idx),
-                              extra={"flops": 1e9}))
+                              flops=1e9))
     out: list[MeasureResult] = []
     while len(out) < n_trials:
         results = [planted_measure(space, i) for i in tuner.propose(8)]
@@ -99,17 +99,21 @@ def test_planted_invalid_region_is_avoided_after_a_few_rounds():
     assert min(r.seconds for r in res) <= 1.05 * best
 
 
+def _features_a(tuner: ML2Tuner, indices: list[int]) -> np.ndarray:
+    """ModelA's inputs: knob features and the compiled-features part's columns."""
+    return np.hstack([tuner.space.features(indices), tuner.compiled.matrix(indices)])
+
+
 def _agreement(tuner: ML2Tuner) -> float:
-    """Spearman correlation of ModelP's and ModelA's scores on the compiled configs not measured,
-    both refitted on everything so far (as the next round would)."""
+    """Spearman correlation of ModelP's and ModelA's scores on the compiled configs not measured, both
+    refitted on everything so far (the next round's ask refits them first)."""
     from scipy.stats import spearmanr
 
-    tuner._fit_a()
-    tuner._fit()
-    extra = [i for i in tuner.hidden if i not in set(tuner.xs)]
+    tuner.propose(8)
+    extra = [i for i in tuner.compiled.features if i not in set(tuner.xs)]
     assert len(extra) > 50
-    return float(spearmanr(tuner.model.predict(tuner._features(extra)),
-                           tuner.model_a.predict(tuner._features_a(extra))).statistic)
+    return float(spearmanr(tuner.model.predict(tuner.space.features(extra)),
+                           tuner.model_a.predict(_features_a(tuner, extra))).statistic)
 
 
 def test_model_p_learns_model_a_predictions():
@@ -129,7 +133,7 @@ def test_model_p_learns_from_model_a_by_default_only_with_a_time_model():
     time model; plain boosted trees on other compile features are not taught to ModelP."""
     plain = make_tuner("ml2tuner", seed=0, **FAST)
     run_planted(plain, 16)
-    assert not plain._p_from_a()
+    assert not plain.p_learns_from_a
     timed = make_tuner("ml2tuner", seed=0, **FAST)
     space = planted_space()
 
@@ -137,10 +141,10 @@ def test_model_p_learns_from_model_a_by_default_only_with_a_time_model():
         return [f if isinstance(f, MeasureResult) else {**f, "time.compute": f["uops"] * 2.0}
                 for f in planted_compile(space, idx)]
 
-    timed.setup(TuningContext(space=space, compile_features=with_time, extra={"flops": 1e9}))
+    timed.setup(TuningContext(space=space, compile_features=with_time, flops=1e9))
     timed.update([planted_measure(space, i) for i in timed.propose(8)])
     timed.propose(8)  # the second round compiles and reads the time terms
-    assert timed._p_from_a()
+    assert timed.p_learns_from_a
 
 
 def test_a_round_smaller_than_the_loop_batch_still_refits_every_n_trials():
@@ -149,7 +153,7 @@ def test_a_round_smaller_than_the_loop_batch_still_refits_every_n_trials():
     tuner = make_tuner("ml2tuner", seed=0, plan_size=4, alpha=3, **FAST)
     space = planted_space()
     tuner.setup(TuningContext(space=space, compile_features=lambda idx: planted_compile(space, idx),
-                              extra={"flops": 1e9}))
+                              flops=1e9))
     sizes = []
     for _ in range(6):
         ask = tuner.propose(8)
@@ -161,7 +165,7 @@ def test_a_round_smaller_than_the_loop_batch_still_refits_every_n_trials():
 def _after_rounds(tuner: ML2Tuner, rounds: int) -> ConfigSpace:
     space = planted_space()
     tuner.setup(TuningContext(space=space, compile_features=lambda idx: planted_compile(space, idx),
-                              extra={"flops": 1e9}))
+                              flops=1e9))
     for _ in range(rounds):
         tuner.update([planted_measure(space, i) for i in tuner.propose(8)])
     return space
@@ -172,18 +176,17 @@ def test_model_a_best_leftovers_of_earlier_rounds_rejoin_the_candidates():
     round (no new compile), so a config compiled once is not lost when its round measured others."""
     tuner = make_tuner("ml2tuner", seed=0, carry=6, **FAST)
     _after_rounds(tuner, 4)
-    left = [i for i in tuner.hidden if i not in tuner.visited]
+    left = [i for i in tuner.compiled.features if i not in tuner.visited]
     seen: list[list[int]] = []
-    survivors = tuner._survivors
-    tuner._survivors = lambda cands: (seen.append(list(cands)), survivors(cands))[1]
+    compile = tuner.compiled.compile
+    tuner.compiled.compile = lambda cands: (seen.append(list(cands)), compile(cands))[1]
     compiled = tuner.stats()["compiled"]
-    tuner._plan()
-    best = tuner._rank(left)[:6]                 # by the ModelA refitted at the start of the round
-    assert set(best) <= set(seen[0])
-    assert tuner.stats()["compiled"] - compiled <= len(seen[0]) - len(best)   # the carried are not compiled again
-    plain = make_tuner("ml2tuner", seed=0, carry=0, **FAST)
-    _after_rounds(plain, 4)
-    assert plain._carried(set()) == []                                      # carry=0: the paper's round
+    tuner.propose(8)                             # a new round: the models are refitted first
+    scores = tuner.model_a.predict(_features_a(tuner, left))
+    best = [left[j] for j in np.argsort(-scores, kind="stable")[:6]]
+    kept = [i for i, ok in zip(best, tuner.model_v.predict(tuner.space.features(best))) if ok]
+    assert kept and set(kept) <= set(seen[0])   # those ModelV lets through reach the round's compile step
+    assert tuner.stats()["compiled"] - compiled <= len(seen[0]) - len(kept)   # ... and are not compiled again
 
 
 def test_v_pool_bounds_the_rejects_compiled_for_exploration():
@@ -192,9 +195,10 @@ def test_v_pool_bounds_the_rejects_compiled_for_exploration():
     for v_pool, expect in ((1, 2), (50, 100)):
         tuner = make_tuner("ml2tuner", seed=0, plan_size=4, v_explore=0.5, v_pool=v_pool, **FAST)
         space = _after_rounds(tuner, 3)
-        fresh = [i for i in range(space.size) if i not in tuner.hidden and i not in tuner.failed][:150]
+        fresh = [i for i in range(space.size) if i not in tuner.compiled.features and i not in tuner.compiled.failed]
+        fresh = fresh[:150]
         before = tuner.stats()["compiled"]
         out = tuner._explore_rejects([fresh[-1]], fresh[:-1])
         assert tuner.stats()["compiled"] - before == expect
         extra = [i for i in out if i in fresh[:-1]]
-        assert len(extra) == 2 and all(i in tuner.hidden for i in extra)
+        assert len(extra) == 2 and all(i in tuner.compiled.features for i in extra)

@@ -72,7 +72,7 @@ def test_sa_drops_negative_scores_like_autotvm():
 
 def test_plan_refit_and_epsilon_greedy_schedule():
     tuner = XGBTuner(seed=0, plan_size=32)
-    tuner.setup(TuningContext(space=synthetic_space(), extra={"flops": 1e9}))
+    tuner.setup(TuningContext(space=synthetic_space(), flops=1e9))
     space = tuner.space
     first = tuner.propose(32)
     assert tuner.train_ct == 0 and tuner.model is None
@@ -88,7 +88,7 @@ def test_plan_refit_and_epsilon_greedy_schedule():
 
 def test_failures_are_zero_throughput_training_points():
     tuner = XGBTuner(seed=0, plan_size=16)
-    tuner.setup(TuningContext(space=synthetic_space(), extra={"flops": 1e9}))
+    tuner.setup(TuningContext(space=synthetic_space(), flops=1e9))
     results = drive(tuner, 48, batch=16)
     invalid = [i for i, r in enumerate(results) if not r.valid]
     assert invalid and all(tuner.ys[i] == 0.0 for i in invalid)
@@ -98,7 +98,7 @@ def test_failures_are_zero_throughput_training_points():
 def test_load_history_resumes_at_the_plan_boundary():
     first = drive(XGBTuner(seed=0, plan_size=16), 40, batch=8)
     tuner = XGBTuner(seed=0, plan_size=16)
-    tuner.setup(TuningContext(space=synthetic_space(), extra={"flops": 1e9}))
+    tuner.setup(TuningContext(space=synthetic_space(), flops=1e9))
     tuner.load_history(first)
     assert tuner.train_ct == 2 and tuner.trials     # fitted once, next refit at 48 like an unbroken run
     tuner.update([synthetic_measure(tuner.space, i) for i in tuner.propose(4)])

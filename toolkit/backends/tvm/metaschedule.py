@@ -45,7 +45,7 @@ from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.journal import Journal, Record, open_journal
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.core.template import Artifact, BuildError, Template
-from toolkit.tuning.tuners.base import Option, Tuner
+from toolkit.tuning.tuners.base import Driver, Option
 
 KIND = "metaschedule"
 """``config["kind"]`` of a MetaSchedule record."""
@@ -203,23 +203,18 @@ class TraceTemplate(Template):
 
 
 # ---- the driver --------------------------------------------------------------------------------
-class MetaScheduleTuner(Tuner):
+class MetaScheduleTuner(Driver):
     """TVM MetaSchedule (evolutionary search + XGBoost) as a peer; a driver that tune() runs whole."""
 
     name: ClassVar[str] = KIND
-    drives_itself: ClassVar[bool] = True
     options: ClassVar[dict[str, Option]] = {
-        "trials_per_iter": Option(64, "candidates MetaSchedule measures per search round", int),
+        "trials_per_iter": Option(64, "candidates MetaSchedule measures per search round", int, low=1),
         "cost_model": Option("xgb", "MetaSchedule cost model", str, ("xgb", "mlp", "random")),
         "strategy": Option("evolutionary", "MetaSchedule search strategy", str,
                            ("evolutionary", "replay-trace", "replay-func")),
         "build_timeout": Option(BUILD_TIMEOUT_S, "seconds one build may take before it counts as failed "
-                                "(edgetune's builder default)", float),
+                                "(edgetune's builder default)", float, low=0, low_open=True),
     }
-
-    def propose(self, n: int) -> list[int]:
-        raise ConfigError("the metaschedule tuner is a driver, not ask/tell: run it with "
-                          "toolkit.tuning.session.tune() (or MetaScheduleTuner.drive)")
 
     def drive(self, task: Any, n_trials: int, *, log: str | os.PathLike | None = None, resume: bool = False,
               runner: Any = None, measure_options: MeasureOptions | None = None,

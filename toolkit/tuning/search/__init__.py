@@ -31,9 +31,13 @@ class Optimizer(Protocol):
 
 
 class Sampler(Protocol):
-    """Chooses which of an optimizer's candidates to measure (e.g. one per cluster)."""
+    """Chooses which of an optimizer's candidates to measure (e.g. one per cluster).
+
+    ``ranking`` is the candidates best first where the tuner ranks them (``chameleon-ml2``: by ModelA); a
+    sampler may use it to pick within clusters or ignore it.
+    """
 
     def select(self, space: ConfigSpace, candidates: Sequence[int], exclude: set[int],
-               rng: np.random.Generator) -> list[int]: ...
+               rng: np.random.Generator, ranking: Sequence[int] | None = None) -> list[int]: ...
 
     def stats(self) -> dict[str, float]: ...

@@ -226,7 +226,7 @@ class AdaptiveSampler:
     n_random: int = 0
 
     def select(self, space: ConfigSpace, candidates: Sequence[int], exclude: set[int],
-               rng: np.random.Generator) -> list[int]:
+               rng: np.random.Generator, ranking: Sequence[int] | None = None) -> list[int]:
         out = adaptive_sample(space, candidates, exclude, rng, k_min=self.k_min, k_max=self.k_max,
                               k_step=self.k_step, threshold=self.threshold, n_cardinal=self.n_cardinal,
                               reduction=self.reduction, rule=self.rule, representative=self.representative)
@@ -239,6 +239,46 @@ class AdaptiveSampler:
         k = self.sampled_k
         return {"sample_k_mean": float(np.mean(k)) if k else float("nan"),
                 "synthesized": float(self.n_synthesized), "random_fill": float(self.n_random)}
+
+
+@dataclass
+class ClusterSampler:
+    """One config per cluster of the candidates, the best-ranked member of each, best first; with ``fill_to``
+    the next best-ranked candidates fill the selection up to that many (``chameleon-ml2``'s round).
+
+    The candidates are clustered on the ``n_cardinal`` knobs with the most options (k-means, k by
+    :func:`select_k`); ``ranking`` (the candidates best first) decides each cluster's member; without it the
+    candidates' order does.
+    """
+
+    k_min: int = 2
+    k_max: int = 8
+    k_step: int = 2
+    threshold: float = 2.5
+    n_cardinal: int = 2
+    rule: str = "knee"
+    fill_to: int = 0
+    sampled_k: list[int] = field(default_factory=list)
+
+    def select(self, space: ConfigSpace, candidates: Sequence[int], exclude: set[int],
+               rng: np.random.Generator, ranking: Sequence[int] | None = None) -> list[int]:
+        ranked = list(candidates if ranking is None else ranking)
+        points = space.knob_indices_array(candidates)[:, cardinal_knobs(space.dims, self.n_cardinal)]
+        clus = select_k(points.astype(np.float64), rng, self.k_min, self.k_max, self.k_step, self.threshold,
+                        self.rule)
+        rank = {i: j for j, i in enumerate(ranked)}
+        best: dict[int, int] = {}
+        for i, label in zip(candidates, clus.labels):
+            if int(label) not in best or rank[i] < rank[best[int(label)]]:
+                best[int(label)] = i
+        self.sampled_k.append(len(best))
+        chosen = sorted(best.values(), key=rank.__getitem__)
+        picked = set(chosen)
+        return chosen + [i for i in ranked if i not in picked][: max(0, self.fill_to - len(chosen))]
+
+    def stats(self) -> dict[str, float]:
+        k = self.sampled_k
+        return {"sample_k_mean": float(np.mean(k)) if k else float("nan")}
 
 
 def spread_sample(space: ConfigSpace, n: int, rng: np.random.Generator, pool_factor: int = 16) -> list[int]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import abc
 import math
-from dataclasses import dataclass, field, replace
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -28,7 +29,7 @@ from toolkit.tuning.core.space import ConfigSpace
 @dataclass(frozen=True)
 class Option:
     """One tuner option: default, type, a one-line description, and for numbers the allowed range
-    (``low``/``high``, inclusive unless ``low_open``; :data:`BOUNDS` gives it by option name)."""
+    (``low``/``high``, inclusive unless ``low_open``; an integer's ``low`` is 0 unless given)."""
 
     default: Any
     doc: str
@@ -63,22 +64,8 @@ class Option:
         return value
 
 
-BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
-    # name: (low, high, low open). Integers are >= 0 unless listed; floats need only be finite.
-    "plan_size": (1, None, False), "epsilon": (0, 1, False), "max_rounds": (1, None, False),
-    "sa_chains": (1, None, False), "sa_early_stop": (1, None, False),
-    "episodes": (1, None, False), "max_steps": (1, None, False), "stay_ratio": (0, 1, True),
-    "hidden": (1, None, False), "head_hidden": (1, None, False), "value_hidden": (1, None, False),
-    "temperature": (0, None, True), "lr": (0, None, True), "epochs": (1, None, False),
-    "minibatch": (1, None, False), "gamma": (0, 1, False), "lam": (0, 1, False), "clip": (0, None, True),
-    "c1": (0, None, False), "c2": (0, None, False), "torch_threads": (1, None, False),
-    "k_min": (1, None, False), "k_max": (1, None, False), "k_step": (1, None, False),
-    "k_threshold": (1, None, True), "n_cardinal": (1, None, False), "rl_elite": (0, 1, False),
-    "rl_elite_top": (1, None, False), "precision": (0, 1, True), "v_explore": (0, 1, False),
-    "v_pool": (1, None, False), "pop_size": (2, None, False), "mutation_prob": (0, 1, False),
-    "trials_per_iter": (1, None, False), "build_timeout": (0, None, True),
-}
-"""The range of every numeric option, by name: one meaning per name across the tuners."""
+PRETRAINED = "pretrained"
+"""The ``transfer`` option value naming the transfer model edgetune ships for the task's board."""
 
 
 @dataclass
@@ -87,25 +74,50 @@ class TuningContext:
 
     ``compile_features`` compiles configs without measuring them (no board time) and returns,
     per index, either a feature dict or a :class:`MeasureResult` with the compile error.
-    It is ``None`` where the task cannot compile ahead of measurement.
+    It is ``None`` where the task cannot compile ahead of measurement. ``flops`` is the operations
+    of one run (throughput = flops / seconds), ``task`` the task's description as logged, and
+    ``pretrained`` returns the transfer model edgetune ships for the board (``None`` where none is).
+    ``extra`` holds what a user's own tuner needs beyond these.
     """
 
     space: ConfigSpace
     compile_features: Callable[[Sequence[int]], list[dict[str, float] | MeasureResult]] | None = None
     n_parallel: int = 1
+    flops: float = 1.0
+    task: dict[str, Any] = field(default_factory=dict)
+    pretrained: Callable[[], Any] = field(default=lambda: None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        moved = [k for k in ("flops", "task", "pretrained") if k in self.extra]
+        if moved:   # the typed fields used to travel in ``extra``
+            warnings.warn(f"TuningContext(extra={{{', '.join(map(repr, moved))}: ...}}) is deprecated; pass "
+                          f"{', '.join(k + '=' for k in moved)} instead", DeprecationWarning, stacklevel=3)
+            self.extra = dict(self.extra)
+            for k in moved:
+                setattr(self, k, float(self.extra.pop(k)) if k == "flops" else self.extra.pop(k))
 
-class Tuner(abc.ABC):
-    """Base class of every tuner (ask/tell)."""
+
+def resolve_transfer(choice: Any, pretrained: Callable[[], Any]) -> Any:
+    """The transfer model a ``transfer`` option stands for: ``None``, a model as given, or for
+    :data:`PRETRAINED` the board's shipped model (``pretrained()``; ``None`` where none is shipped).
+
+    >>> resolve_transfer(PRETRAINED, lambda: "shipped"), resolve_transfer(None, lambda: "shipped")
+    ('shipped', None)
+    """
+    return pretrained() if choice == PRETRAINED else choice
+
+
+class Configurable:
+    """A named search with options: :class:`Tuner` and :class:`Driver` share how they are created.
+
+    ``options`` declares every option (default, type, range); ``__init__`` takes the seed and options
+    only (no work), refusing unknown or out-of-range values and option combinations
+    (:meth:`check_params`) before any trial.
+    """
 
     name: ClassVar[str] = ""
     options: ClassVar[dict[str, Option]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.options = {k: replace(o, low=BOUNDS[k][0], high=BOUNDS[k][1], low_open=BOUNDS[k][2])
-                       if k in BOUNDS and o.low is None and o.high is None else o for k, o in cls.options.items()}
 
     def __init__(self, seed: int = 0, **options: Any) -> None:
         unknown = set(options) - set(self.options)
@@ -127,6 +139,15 @@ class Tuner(abc.ABC):
             raise ConfigError(f"option k_min={p['k_min']} is larger than k_max={p['k_max']}: no cluster count "
                               "to try; lower k_min or raise k_max")
 
+    def stats(self) -> dict[str, float]:
+        """Counters for benchmarks (e.g. cost-model queries); empty by default."""
+        return {}
+
+
+class Tuner(Configurable, abc.ABC):
+    """Base class of every ask/tell tuner: the tuning loop (:func:`toolkit.tuning.session.tune`) asks
+    :meth:`propose`, measures, and tells :meth:`update`."""
+
     def setup(self, ctx: TuningContext) -> None:
         """Bind to a task. Subclasses extend this to build their state; call ``super().setup``."""
         self.ctx = ctx
@@ -147,9 +168,31 @@ class Tuner(abc.ABC):
         """Restore state from earlier records (resume); by default the same as :meth:`update`."""
         self.update(results)
 
-    def stats(self) -> dict[str, float]:
-        """Counters for benchmarks (e.g. cost-model queries); empty by default."""
-        return {}
+
+class TransferLearner(abc.ABC):
+    """A tuner that learns from other tasks' records through a transfer model (its ``transfer`` option).
+
+    Whole-network tuning hands each task's tuner a model of the network's other records as they grow
+    (:meth:`use_transfer`); :meth:`resolved_transfer` is the model in use once set up.
+    """
+
+    @abc.abstractmethod
+    def use_transfer(self, model: Any) -> None:
+        """Use ``model`` (a fitted transfer model) from the next round on."""
+
+    @abc.abstractmethod
+    def resolved_transfer(self) -> Any:
+        """The transfer model this tuner uses (:data:`PRETRAINED` resolved once set up), or ``None``."""
+
+
+class Driver(Configurable, abc.ABC):
+    """A search that runs its own loop (MetaSchedule): :func:`~toolkit.tuning.session.tune` hands it the whole
+    run through :meth:`drive` instead of asking for configs."""
+
+    @abc.abstractmethod
+    def drive(self, task: Any, n_trials: int, *, log: Any = None, resume: bool = False, runner: Any = None,
+              measure_options: Any = None, callback: Any = None) -> Any:
+        """Tune ``task`` for ``n_trials`` trials, logging and resuming as :func:`tune` does; a ``TuneSummary``."""
 
 
 BUILTIN_TUNERS: dict[str, str] = {
@@ -163,7 +206,7 @@ BUILTIN_TUNERS: dict[str, str] = {
     "chameleon+": "toolkit.tuning.tuners.chameleon:ChameleonPlusTuner",
     "ml2tuner": "toolkit.tuning.tuners.ml2tuner:ML2Tuner",
     "ml2tuner+": "toolkit.tuning.tuners.ml2tuner:ML2TunerPlus",
-    "chameleon-ml2": "toolkit.tuning.tuners.ml2tuner:ChameleonML2Tuner",
+    "chameleon-ml2": "toolkit.tuning.tuners.chameleon_ml2:ChameleonML2Tuner",
     "metaschedule": "toolkit.backends.tvm.metaschedule:MetaScheduleTuner",
 }
 """Built-in tuners: name -> ``module:class``, imported on first use (``make_tuner("random")`` imports
@@ -174,11 +217,11 @@ DEFAULT_TUNER = "ml2tuner+"
 measures best on the test set (docs/benchmarks.md, "Headline: the test set"), starting from the transfer model
 edgetune ships for the board where there is one."""
 
-TUNERS: dict[str, type[Tuner]] = {}
+TUNERS: dict[str, type[Tuner | Driver]] = {}
 """Tuner classes loaded so far, by name: built-ins once used, and every class passed to :func:`register`."""
 
 
-def register(cls: type[Tuner]) -> type[Tuner]:
+def register(cls: type[Tuner | Driver]) -> type[Tuner | Driver]:
     """Class decorator: add a tuner to the registry under ``cls.name`` (how a user's tuner gets a name)."""
     if not cls.name:
         raise TypeError(f"{cls.__name__} has no name")
@@ -191,7 +234,7 @@ def tuner_names() -> list[str]:
     return sorted(set(BUILTIN_TUNERS) | set(TUNERS))
 
 
-def tuner_class(name: str) -> type[Tuner]:
+def tuner_class(name: str) -> type[Tuner | Driver]:
     """The class registered under ``name``, importing a built-in's module on first use."""
     if name not in TUNERS and name in BUILTIN_TUNERS:
         import importlib
@@ -203,11 +246,11 @@ def tuner_class(name: str) -> type[Tuner]:
     return TUNERS[name]
 
 
-def make_tuner(name: str, seed: int = 0, **options: Any) -> Tuner:
+def make_tuner(name: str, seed: int = 0, **options: Any) -> Tuner | Driver:
     """Create a tuner by name (for the CLI; Python users pass instances)."""
     return tuner_class(name)(seed=seed, **options)
 
 
-def tuner_classes() -> dict[str, type[Tuner]]:
+def tuner_classes() -> dict[str, type[Tuner | Driver]]:
     """Every tuner class by name (imports every built-in)."""
     return {name: tuner_class(name) for name in tuner_names()}

@@ -22,14 +22,14 @@ class GATuner(Tuner):
 
     name = "ga"
     options = {
-        "pop_size": Option(100, "genes per generation", int),
+        "pop_size": Option(100, "genes per generation", int, low=2),
         "elite_num": Option(3, "best genes carried into the next generation's parents", int),
-        "mutation_prob": Option(0.1, "probability that a knob of a child mutates", float),
+        "mutation_prob": Option(0.1, "probability that a knob of a child mutates", float, low=0, high=1),
     }
 
     def setup(self, ctx: TuningContext) -> None:
         super().setup(ctx)
-        self.flops = float(ctx.extra.get("flops", 1.0))
+        self.flops = float(ctx.flops)
         self.pop_size = max(1, min(self.params["pop_size"], self.space.size))
         self.elite_num = min(self.pop_size, self.params["elite_num"])
         self.dims = np.asarray(self.space.dims, dtype=np.int64)

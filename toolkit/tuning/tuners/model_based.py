@@ -6,6 +6,10 @@ proposes a plan of ``plan_size`` candidates; proposals walk the plan, skipping v
 configs, and the last 5% of each plan (``int(0.05 * plan_size)``) are random unvisited
 configs (epsilon-greedy).
 
+:class:`CostModelTuner` holds what every cost-model tuner shares (the parts, features, the measured
+data, scoring); :class:`ModelBasedTuner` adds AutoTVM's loop. ``ml2tuner`` is a :class:`CostModelTuner`
+with a loop of its own (rounds through its validity and compiled-feature models).
+
 A model-based tuner is composed of three parts, passed in or made from its options:
 
 - ``model``: a factory ``fit_number -> cost model`` (scikit-learn style ``fit``/``predict``), a fresh
@@ -36,19 +40,15 @@ from toolkit.tuning.search import Optimizer, Sampler
 from toolkit.tuning.search.annealing import SimulatedAnnealing
 from toolkit.tuning.search.sampling import spread_sample
 from toolkit.tuning.tuners.base import Option, Tuner, TuningContext
+from toolkit.tuning.tuners.options import COMPILE_TABLE_MAX, LOOP_OPTIONS, MODEL_OPTIONS, PLUS_OPTIONS
 
 FULL_TABLE_MAX = 1 << 17
 """Spaces up to this size are scored in one batch after each fit and the optimizer reads that table
 (the same scores as querying the model point by point, far fewer model calls)."""
 
-COMPILE_TABLE_MAX = 1 << 13
-"""``features="compile"`` compiles every config of the space once; larger spaces are refused."""
-
-FEATURE_OPTION = Option("knob", "cost-model features: knob (the knob values, AutoTVM feature_type=knob), compile "
-                        "(knob values + what the compiler reports for each config, the analogue of AutoTVM's "
-                        "itervar features; compiles the whole space once, at most 8192 configs) or auto (compile "
-                        "where the task compiles ahead and the space allows, else knob)", str,
-                        ("knob", "compile", "auto"))
+OPTIONAL_OPTIONS: dict[str, Option] = {"features": MODEL_OPTIONS["features"], **PLUS_OPTIONS}
+"""Options the shared code reads where a tuner declares them; a tuner that does not gets their default
+(the reference behaviour: knob features, ``plan_size`` random configs first, no elite starts)."""
 
 
 def feature_matrix(feats: Sequence[dict[str, float]]) -> np.ndarray:
@@ -67,24 +67,18 @@ ModelFactory = Callable[[int], Any]
 """``fit_number -> cost model``: a fresh, unfitted model for each fit (fit numbers count from 0)."""
 
 
-class ModelBasedTuner(Tuner):
-    """Cost model + model optimizer (+ sampler); the AutoTVM plan/refit/epsilon-greedy loop.
+class CostModelTuner(Tuner):
+    """What every cost-model tuner shares: its parts, features, measured data and the optimizer's objective.
 
     ``model``, ``optimizer`` and ``sampler`` are the parts (see the module docstring); without them the
     tuner makes its own from its options (:meth:`make_model`, :meth:`make_optimizer`, :meth:`make_sampler`,
-    which the named tuners define). Optional loop options, where a tuner declares them: ``n_init`` (configs
-    before the first fit), ``init`` (``spread`` initial configs), ``refit_every`` (refit after this many
-    measurements), ``rl_elite``/``rl_elite_top`` (the optimizer starts from the best measured configs).
+    which the named tuners define). :data:`OPTIONAL_OPTIONS` are read through :meth:`option`.
 
-    State after :meth:`setup`: ``xs`` (measured indices), ``ys`` (throughputs, 0 if failed),
-    ``trials`` (current plan), ``trial_pt``, ``train_ct`` (fits so far), ``model`` (the
-    fitted cost model or ``None``), ``optimizer``, ``sampler``.
+    State after :meth:`setup`: ``xs`` (measured indices), ``ys`` (throughputs, 0 if failed), ``flops_max``,
+    ``train_ct`` (fits so far), ``model`` (the fitted cost model or ``None``), ``optimizer``, ``sampler``.
     """
 
-    options = {
-        "plan_size": Option(64, "refit the cost model and plan this many candidates every plan_size measurements", int),
-        "epsilon": Option(0.05, "fraction of each plan drawn at random (AutoTVM: 0.05)", float),
-    }
+    options = LOOP_OPTIONS
 
     def __init__(self, seed: int = 0, *, model: ModelFactory | None = None, optimizer: Optimizer | None = None,
                  sampler: Sampler | None = None, **options: Any) -> None:
@@ -92,6 +86,10 @@ class ModelBasedTuner(Tuner):
         self.parts = {"model": model, "optimizer": optimizer, "sampler": sampler}
 
     # -- the parts a named tuner makes from its options ---------------------------------------
+    def option(self, name: str) -> Any:
+        """The value of one of :data:`OPTIONAL_OPTIONS`: this tuner's where it declares it, else the default."""
+        return self.params[name] if name in self.options else OPTIONAL_OPTIONS[name].default
+
     def make_model(self, fit: int) -> Any:
         """A fresh, unfitted cost model for fit number ``fit`` (sklearn style ``fit``/``predict``)."""
         return XGBCostModel(loss="rank", seed=self.seed, plan_size=self.params["plan_size"])
@@ -126,10 +124,6 @@ class ModelBasedTuner(Tuner):
     def _new_model(self) -> Any:
         return (self.parts["model"] or self.make_model)(self.train_ct)
 
-    def _fit(self) -> None:
-        """Refit ``self.model`` on ``self.xs`` / ``self.ys``."""
-        self.model = self._new_model().fit(self._features(self.xs), np.asarray(self.ys))
-
     def _score_fn(self):
         """The optimizer's objective: predicted score of an index array."""
         if self.space.size <= FULL_TABLE_MAX:
@@ -139,26 +133,17 @@ class ModelBasedTuner(Tuner):
 
     def _elite(self) -> list[int]:
         """The best measured configs that ``rl_elite`` of the optimizer's starts use (none when off)."""
-        if not self.params.get("rl_elite", 0.0):
+        if not self.option("rl_elite"):
             return []
         ys = np.asarray(self.ys)
-        return [self.xs[i] for i in np.argsort(-ys, kind="stable")[:self.params["rl_elite_top"]] if ys[i] > 0]
+        return [self.xs[i] for i in np.argsort(-ys, kind="stable")[:self.option("rl_elite_top")] if ys[i] > 0]
 
-    def _find_candidates(self, num: int) -> list[int]:
-        """Up to ``num`` unvisited configs the model rates best (the next plan), through the sampler if any."""
-        cands = self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng,
-                                             elite=self._elite())
-        return cands if self.sampler is None else self.sampler.select(self.space, cands, self.visited, self.rng)
-
-    # -- ask/tell --------------------------------------------------------------------------
     def setup(self, ctx: TuningContext) -> None:
         super().setup(ctx)
-        self.flops = float(ctx.extra.get("flops", 1.0))
+        self.flops = float(ctx.flops)
         self.xs: list[int] = []
         self.ys: list[float] = []
         self.flops_max = 0.0
-        self.trials: list[int] = []
-        self.trial_pt = 0
         self.train_ct = 0
         self.model: Any = None
         self.optimizer = self.parts["optimizer"] or self.make_optimizer()
@@ -168,15 +153,11 @@ class ModelBasedTuner(Tuner):
         self._ctable: np.ndarray | None = None
         self._compile_s = 0.0
         self._compiled_features = self._use_compile_features(ctx)
-        n_init = self.params.get("n_init") or self.params["plan_size"]
-        self._next_update = n_init
-        self._init_plan = (spread_sample(self.space, n_init, self.rng) if self.params.get("init") == "spread"
-                           else [])
 
     def _use_compile_features(self, ctx: TuningContext) -> bool:
         """Resolve the ``features`` option for this task; ``compile`` where it cannot work is refused
         before any trial is spent, ``auto`` falls back to knob features."""
-        choice = self.params.get("features", "knob")
+        choice = self.option("features")
         if choice == "knob":
             return False
         why = ("needs a task that compiles ahead of measuring" if ctx.compile_features is None else
@@ -188,8 +169,59 @@ class ModelBasedTuner(Tuner):
             return False
         raise ConfigError(f"{self.name} features=compile {why}; use features=knob")
 
+    def _record(self, results: Sequence[MeasureResult]) -> None:
+        for r in results:
+            y = self.flops / r.seconds if r.valid and r.seconds > 0 else 0.0
+            self.xs.append(int(r.index))
+            self.ys.append(y)
+            self.flops_max = max(self.flops_max, y)
+            self.visited.add(int(r.index))
+
+    def stats(self) -> dict[str, float]:
+        out: dict[str, float] = {
+            "fits": float(self.train_ct),
+            "model_queries": float(self.optimizer.n_queries),
+            "fit_s": self._fit_s,
+            "search_s": self._search_s,
+        }
+        if "features" in self.options:   # what features="auto" resolved to, and the table's compile time
+            out.update(compile_features=float(self._compiled_features), compile_s=self._compile_s)
+        out.update(self.optimizer.stats())
+        if self.sampler is not None:
+            out.update(self.sampler.stats())
+        return out
+
+
+class ModelBasedTuner(CostModelTuner):
+    """Cost model + model optimizer (+ sampler); the AutoTVM plan/refit/epsilon-greedy loop.
+
+    Loop options, where a tuner declares them (:data:`OPTIONAL_OPTIONS`): ``n_init`` (configs before the first
+    fit), ``init`` (``spread`` initial configs), ``refit_every`` (refit after this many measurements),
+    ``rl_elite``/``rl_elite_top`` (the optimizer starts from the best measured configs).
+
+    State after :meth:`setup`, beyond :class:`CostModelTuner`'s: ``trials`` (current plan), ``trial_pt``.
+    """
+
+    def setup(self, ctx: TuningContext) -> None:
+        super().setup(ctx)
+        self.trials: list[int] = []
+        self.trial_pt = 0
+        n_init = self.option("n_init") or self.params["plan_size"]
+        self._next_update = n_init
+        self._init_plan = spread_sample(self.space, n_init, self.rng) if self.option("init") == "spread" else []
+
+    def _fit(self) -> None:
+        """Refit ``self.model`` on ``self.xs`` / ``self.ys``."""
+        self.model = self._new_model().fit(self._features(self.xs), np.asarray(self.ys))
+
+    def _find_candidates(self, num: int) -> list[int]:
+        """Up to ``num`` unvisited configs the model rates best (the next plan), through the sampler if any."""
+        cands = self.optimizer.find_maximums(self.space, self._score_fn(), num, self.visited, self.rng,
+                                             elite=self._elite())
+        return cands if self.sampler is None else self.sampler.select(self.space, cands, self.visited, self.rng)
+
     def propose(self, n: int) -> list[int]:
-        if self.params.get("refit_every", 0) > 0 and len(self.xs) < self._next_update:   # stop at the next refit
+        if self.option("refit_every") > 0 and len(self.xs) < self._next_update:   # stop at the next refit
             n = min(n, self._next_update - len(self.xs))
         out: list[int] = []
         while self.train_ct == 0 and self._init_plan and len(out) < n:
@@ -214,14 +246,6 @@ class ModelBasedTuner(Tuner):
             self.visited.add(index)
         return out
 
-    def _record(self, results: Sequence[MeasureResult]) -> None:
-        for r in results:
-            y = self.flops / r.seconds if r.valid and r.seconds > 0 else 0.0
-            self.xs.append(int(r.index))
-            self.ys.append(y)
-            self.flops_max = max(self.flops_max, y)
-            self.visited.add(int(r.index))
-
     def _replan(self) -> None:
         t0, c0 = time.perf_counter(), self._compile_s
         self._fit()
@@ -235,8 +259,8 @@ class ModelBasedTuner(Tuner):
             self._next_update = len(self.xs) + max(len(self.trials), 1)
         else:
             self._next_update = self.params["plan_size"] * (self.train_ct + 1)
-        if self.params.get("refit_every", 0) > 0:
-            self._next_update = len(self.xs) + self.params["refit_every"]
+        if self.option("refit_every") > 0:
+            self._next_update = len(self.xs) + self.option("refit_every")
 
     def update(self, results: Sequence[MeasureResult]) -> None:
         self._record(results)
@@ -252,17 +276,3 @@ class ModelBasedTuner(Tuner):
         if len(self.xs) >= plan and self.flops_max > 1e-6:
             self.train_ct = len(self.xs) // plan - 1
             self._replan()
-
-    def stats(self) -> dict[str, float]:
-        out: dict[str, float] = {
-            "fits": float(self.train_ct),
-            "model_queries": float(self.optimizer.n_queries),
-            "fit_s": self._fit_s,
-            "search_s": self._search_s,
-        }
-        if "features" in self.options:   # what features="auto" resolved to, and the table's compile time
-            out.update(compile_features=float(self._compiled_features), compile_s=self._compile_s)
-        out.update(self.optimizer.stats())
-        if self.sampler is not None:
-            out.update(self.sampler.stats())
-        return out
