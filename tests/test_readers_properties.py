@@ -12,6 +12,8 @@ import warnings
 import math
 import struct
 import zlib
+
+import pytest
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -109,12 +111,25 @@ def test_any_vta_config_dict_parses_or_gives_a_config_error(d):
 
 @PROPERTY
 @given(st.sampled_from(VTA_KEYS), json_values)
-def test_one_bad_field_of_a_preset_gives_a_config_error(key, value):
+def test_one_field_of_a_preset_changed_reads_as_given_or_gives_a_config_error(key, value):
     d = {**get_preset("zcu102").to_json(), key: value}
     try:
-        VTAConfig.from_json(d)
-    except ConfigError:
-        pass
+        hw = VTAConfig.from_json(d)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    if key in hw.to_json():      # what was accepted is what the config holds
+        assert hw.to_json()[key] == value
+
+
+NONSENSE = [None, "x", -1, 10 ** 9, [], {}, True]
+
+
+@pytest.mark.parametrize("key", [k for k in get_preset("zcu102").to_json() if k != "TARGET"])
+@pytest.mark.parametrize("value", NONSENSE, ids=repr)
+def test_a_preset_field_set_to_nonsense_is_refused(key, value):
+    with pytest.raises(ConfigError):
+        VTAConfig.from_json({**get_preset("zcu102").to_json(), key: value})
 
 
 # -- the VTA program reader -----------------------------------------------------------------------------------
@@ -145,9 +160,12 @@ def test_a_mutated_program_reads_or_gives_a_format_error(edits, fix_crc):
         data[pos] = byte
     blob = _with_crc(bytes(data[:-4])) if fix_crc else bytes(data)
     try:
-        Program.from_bytes(blob)
+        prog = Program.from_bytes(blob)
     except ProgramFormatError as exc:
         assert "\n" not in str(exc)
+        return
+    assert fix_crc or blob == PROGRAM, "a changed program was read although its checksum no longer matches"
+    assert Program.from_bytes(prog.to_bytes()).to_bytes() == prog.to_bytes()   # what was read writes back as read
 
 
 @PROPERTY
@@ -159,9 +177,11 @@ def test_any_program_header_json_reads_or_gives_a_format_error(hw_json, layout_j
     rest = PROGRAM[fixed + hw_len + layout_len: -4]
     body = vta_program.MAGIC + vta_program._HEADER.pack(version, len(a), len(b), n_insns, n_uops) + a + b + rest
     try:
-        Program.from_bytes(_with_crc(body))
-    except ProgramFormatError:
-        pass
+        prog = Program.from_bytes(_with_crc(body))
+    except ProgramFormatError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert prog.to_bytes() == Program.from_bytes(prog.to_bytes()).to_bytes()   # what was read writes back as read
 
 
 # -- the export manifest reader -------------------------------------------------------------------------------

@@ -52,12 +52,11 @@ class Task:
 
     def describe(self) -> dict[str, Any]:
         """The task as stored in a log header; a log resumes only for an equal description."""
-        hw = getattr(self.template, "hardware", None)
         return {
             "workload": self.workload.to_dict(),
             "board": self.board.name,
             "board_type": self.board.profile.name,
             "target": self.board.profile.target,
             "template": self.template.describe(),
-            "hw": hw() if callable(hw) else self.board.profile.vta,
+            "hw": self.template.hardware(),
         }

@@ -80,6 +80,11 @@ class Template(abc.ABC):
         default) where the template has none."""
         return None
 
+    def hardware(self) -> dict[str, Any] | None:
+        """The hardware the built code is for, as logged (a VTA config); ``None`` (the default) where the
+        board type says it all."""
+        return None
+
     def current_features(self, features: dict[str, float]) -> dict[str, float]:
         """Recorded compile features completed to what :meth:`build` reports today (features derived
         from recorded ones, added by a newer compiler); the default returns them unchanged."""
