@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.bench import cpu_name, geomean, trials_to_match, write_doc_section
+from toolkit.harness import cpu_name, geomean, trials_to_match, write_doc_section
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [f"C{i}" for i in range(2, 12)]
@@ -62,7 +62,7 @@ def ensure_cache(layer: str, cache_dir: Path, build: bool = True) -> str | None:
     (a stale cache is set aside and measured again).
 
     Returns a status line, or None when the cache is incomplete and ``build`` is off."""
-    from toolkit.bench import exhaustive_cache, set_aside_if_stale
+    from toolkit.harness import exhaustive_cache, set_aside_if_stale
     from toolkit.tuning.replay import MeasurementCache
 
     path = cache_path(cache_dir, layer)

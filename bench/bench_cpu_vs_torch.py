@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.bench import cpu_name, write_doc_section
+from toolkit.harness import cpu_name, write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "cpu-vs-torch"

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolkit.bench import environment, write_doc_section
+from toolkit.harness import environment, write_doc_section
 from toolkit.testing import emulated_board as emu
 
 ROOT = Path(__file__).resolve().parents[1]

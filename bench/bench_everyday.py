@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolkit.bench import environment, write_doc_section
+from toolkit.harness import environment, write_doc_section
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "everyday.json"

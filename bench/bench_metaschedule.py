@@ -34,7 +34,7 @@ import re
 import statistics
 from pathlib import Path
 
-from toolkit.bench import write_doc_section
+from toolkit.harness import write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "metaschedule"
@@ -83,7 +83,7 @@ def read_run(log: Path, trials: int) -> dict:
 
 
 def render(rows: list[dict], args: argparse.Namespace, started: str, load: str) -> str:
-    from toolkit.bench import environment
+    from toolkit.harness import environment
 
     env = environment()
     lines = [
@@ -132,7 +132,7 @@ def render_json(path: Path, tuners: list[str], load: str, heading: str = SECTION
     """The section from an ``edgetune bench`` JSON holding ``metaschedule`` and edgetune tuners' runs.
 
     Every tuner in ``tuners`` is compared with ``metaschedule`` on the same layer and seed."""
-    from toolkit.bench import BenchResult
+    from toolkit.harness import BenchResult
     from toolkit.workloads import parse_workload
 
     res = BenchResult.load(path)

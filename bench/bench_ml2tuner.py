@@ -40,12 +40,12 @@ from typing import Sequence
 
 import numpy as np
 
-from toolkit.bench import cpu_name, trials_to_match, write_doc_section
+from toolkit.harness import cpu_name, save_checkpoint, trials_to_match, write_doc_section
 from toolkit import console
 from toolkit.backends import make_task as backend_task
 from toolkit.boards import Board, resolve_board
 from toolkit.tuning.models.advanced import AdvancedCostModel, time_columns
-from toolkit.bench import exhaustive_cache
+from toolkit.harness import exhaustive_cache
 from toolkit.tuning.models.cost import XGBCostModel
 from toolkit.tuning.session import tune
 from toolkit.tuning.replay import (CachedRunner, MeasurementCache, ReplayBuilder, compile_features_of,
@@ -361,7 +361,7 @@ HEADLINE = {"pynq-own": OUT / "headline" / "pynq.json", "zcu102-tvm": OUT / "hea
 
 def headline_layers(path: Path) -> dict:
     """An ``edgetune bench`` JSON as this module's per-layer results (``runs[tuner][seed]``)."""
-    from toolkit.bench import BenchResult
+    from toolkit.harness import BenchResult
 
     layers: dict = {}
     for r in BenchResult.load(path).runs:
@@ -467,9 +467,7 @@ def _save(setting: str, trials: int, command: str, layer: str, meta: dict, runs:
         for name, by_seed in runs.items():
             lr["runs"].setdefault(name, {}).update(by_seed)
         lr["rmse"].update(rmse)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(out, default=float))
-        tmp.replace(path)
+        save_checkpoint(path, out, default=float, indent=None)
     return out
 
 

@@ -211,7 +211,7 @@ def main() -> None:
         model, threads, libs = args.measure.split(":", 2)
         print(json.dumps(_measure(model, json.loads(libs), int(threads))))
         return
-    from toolkit.bench import environment, write_doc_section
+    from toolkit.harness import environment, write_doc_section
 
     if args.doc_only:
         results = json.loads((OUT / "results.json").read_text())

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.bench_tuning import build_cache
-from toolkit.bench import write_doc_section
+from toolkit.harness import write_doc_section
 from toolkit import console
 from toolkit.boards import resolve_board
 from toolkit.backends import backend_for, tasks_of

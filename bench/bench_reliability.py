@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from toolkit.bench import environment, write_doc_section
+from toolkit.harness import environment, write_doc_section
 from toolkit.testing.bad_inputs import CASES, Case, run_case
 from toolkit.tuning.journal import read_log
 

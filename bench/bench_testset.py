@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolkit.bench import BenchResult, BenchRun, geomean, run_bench, write_doc_section
+from toolkit.harness import BenchResult, BenchRun, geomean, run_bench, save_checkpoint, write_doc_section
 from toolkit.tuning.metrics import mean_regret, paired_difference, regret, regret_at, trials_to_optimum
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def run(split: str, setting: str, labels: list[str], trials: int, seeds: int, la
         caches_only: bool, part: str | None = None) -> None:
     from toolkit import console
     from toolkit.backends import make_task
-    from toolkit.bench import ensure_cache
+    from toolkit.harness import ensure_cache
     from toolkit.workloads import parse_workload
     from toolkit.workloads.splits import development_set, test_set
 
@@ -129,10 +129,7 @@ def run(split: str, setting: str, labels: list[str], trials: int, seeds: int, la
     command = "python -m bench.bench_testset " + " ".join(sys.argv[1:])
 
     def save(result: BenchResult) -> None:
-        OUT.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result.to_json()) + "\n")
-        tmp.replace(path)
+        save_checkpoint(path, result.to_json(), indent=None)
 
     with console.progress() as bar:
         tid = bar.add_task(f"{split} {setting}", total=len(workloads) * seeds * len(labels), status="")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.bench import cpu_name, write_doc_section
+from toolkit.harness import cpu_name, write_doc_section
 from toolkit import console
 from toolkit.boards import resolve_board
-from toolkit.bench import exhaustive_cache
+from toolkit.harness import exhaustive_cache
 from toolkit.tuning.session import tune
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
 from toolkit.tuning.core.task import Task

@@ -265,7 +265,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--doc-only", action="store_true", help="rewrite the docs section from results.json")
     args = parser.parse_args()
-    from toolkit.bench import environment, write_doc_section
+    from toolkit.harness import environment, write_doc_section
 
     if args.doc_only:
         write_doc_section(DOC, SECTION, _markdown(json.loads((OUT / "results.json").read_text())))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.bench import cpu_name, write_doc_section
+from toolkit.harness import cpu_name, write_doc_section
 from toolkit import console
 from toolkit.testing.shared_data import shared_data_dir
 from toolkit.vta.compiler import compile_conv2d

@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from toolkit.bench import cpu_name, write_doc_section
+from toolkit.harness import cpu_name, write_doc_section
 from toolkit.vta.compiler import check_config, compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError

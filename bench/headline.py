@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from toolkit.report import bench_markdown, plot_bench
-from toolkit.bench import BenchResult
+from toolkit.harness import BenchResult
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "headline"

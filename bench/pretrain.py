@@ -19,7 +19,7 @@ import numpy as np
 from toolkit.backends import make_task
 from toolkit.backends.vta.backend import with_vta_preset
 from toolkit.backends.vta.pretrained import FOLDER, SETTINGS, model_path
-from toolkit.bench import ensure_cache
+from toolkit.harness import ensure_cache
 from toolkit.boards import resolve_board
 from toolkit.tuning.replay import compile_features_of, current_compile_features
 from toolkit.workloads.splits import development_set

@@ -26,9 +26,9 @@ ALLOWED: dict[str, set[str]] = {
                          "toolkit.vta", "toolkit.tuning", "toolkit.rpc"},
     "toolkit.export": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                        "toolkit.tuning", "toolkit.backends"},
-    "toolkit.bench": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
+    "toolkit.harness": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                       "toolkit.tuning", "toolkit.backends"},
-    "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.bench", "toolkit.workloads"},
+    "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.harness", "toolkit.workloads"},
     "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc"},
 }
 """Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo``,

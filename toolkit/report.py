@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.errors import ConfigError, LogError
-from toolkit.bench import BenchResult, shared_starts
+from toolkit.harness import BenchResult, shared_starts
 from toolkit.tuning.journal import Record, read_log
 from toolkit.workloads import Conv2dWorkload
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.bench_chameleon import LAYERS, ROOT, make_task, run_one
-from toolkit.bench import geomean, trials_to_match
+from toolkit.harness import geomean, trials_to_match
 
 
 def xgb_reference(runs: Path) -> dict[tuple[str, int], tuple[float, int]]:

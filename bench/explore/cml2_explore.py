@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.backends import board_for
-from toolkit.bench import BenchResult, expand_workloads, geomean, run_bench, trials_to_match
+from toolkit.harness import BenchResult, expand_workloads, geomean, run_bench, trials_to_match
 
 from bench.headline import CACHES, OUT, SETTINGS
 

@@ -14,7 +14,7 @@ import argparse
 from toolkit.backends import board_for, make_task
 from toolkit.backends.vta.pretrained import SETTINGS
 from bench.pretrain import CACHE_DIRS, development_records
-from toolkit.bench import CompileReplayBuilder, find_cache, geomean
+from toolkit.harness import CompileReplayBuilder, find_cache, geomean
 from toolkit.tuning.metrics import regret_at, trials_to_optimum
 from toolkit.tuning.models.transfer import TransferModel
 from toolkit.tuning.replay import CachedRunner

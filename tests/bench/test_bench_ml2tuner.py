@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench import trials_to_match
+from toolkit.harness import trials_to_match
 
 _SPEC = importlib.util.spec_from_file_location(
     "bench_ml2tuner", Path(__file__).resolve().parents[2] / "bench" / "bench_ml2tuner.py")

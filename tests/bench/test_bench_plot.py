@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolkit.report import bench_markdown, plot_bench
-from toolkit.bench import BenchResult, BenchRun, assign_trials_to_match, summarize
+from toolkit.harness import BenchResult, BenchRun, assign_trials_to_match, summarize
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,7 @@ import pytest
 
 from toolkit.errors import ConfigError, WorkloadError
 from toolkit.backends import make_task
-from toolkit.bench import (BenchResult, BenchRun, assign_trials_to_match, expand_workloads, geomean,
+from toolkit.harness import (BenchResult, BenchRun, assign_trials_to_match, expand_workloads, geomean,
                            run_bench, summarize, trials_to_match)
 
 
@@ -103,7 +103,7 @@ def test_vta_config_selects_the_simulated_preset():
 
 def test_a_resumed_bench_checkpoints_the_earlier_runs_it_has_not_reached_yet(tmp_path):
     from toolkit.boards import resolve_board
-    from toolkit.bench import expand_workloads, run_bench
+    from toolkit.harness import expand_workloads, run_bench
 
     board, wls = resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], first_conv_on_cpu=True)
     first = run_bench(board, wls, ["random"], 4, 2, reference="random", cache_dirs=[tmp_path])

@@ -9,7 +9,7 @@ import math
 import pytest
 
 import bench.bench_testset as testset
-from toolkit.bench import BenchResult, BenchRun, run_bench
+from toolkit.harness import BenchResult, BenchRun, run_bench
 from toolkit.boards import resolve_board
 from toolkit.workloads import parse_workload
 

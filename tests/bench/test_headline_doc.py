@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from toolkit.boards import resolve_board
-from toolkit.bench import run_bench
+from toolkit.harness import run_bench
 from toolkit.workloads import parse_workload
 
 import bench.headline as headline

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from toolkit.boards import resolve_board
-from toolkit.bench import (StaleCacheWarning, cache_path, ensure_cache, exhaustive_cache, find_cache,
+from toolkit.harness import (StaleCacheWarning, cache_path, ensure_cache, exhaustive_cache, find_cache,
                                   stale_configs)
 from toolkit.tuning.replay import MeasurementCache
 from toolkit.workloads import parse_workload

@@ -8,7 +8,7 @@ import math
 
 from typer.testing import CliRunner
 
-from toolkit.bench import BenchResult, BenchRun
+from toolkit.harness import BenchResult, BenchRun
 from toolkit.cli.app import app
 from toolkit.report import plot_bench
 from toolkit.tuning.journal import read_log

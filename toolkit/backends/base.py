@@ -113,6 +113,10 @@ class Backend(abc.ABC):
         ``None`` where it ships none."""
         return None
 
+    def preset(self, profile: BoardProfile) -> str | None:
+        """The name of the hardware preset ``profile`` models (a VTA config; ``None``: the target says it all)."""
+        return None
+
     # -- export -------------------------------------------------------------------------------------
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
         """The hardware config an export for ``profile`` records (``None``: the target says it all)."""

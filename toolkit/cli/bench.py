@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json as _json
 import os
 import shlex
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,7 +14,7 @@ from toolkit.backends import backend_for
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
 from toolkit.cli.options import BoardOpt, InventoryOpt, JsonOpt, TvmCompatOpt, VtaConfigOpt, board_from, check_folder
-from toolkit.bench import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench, shared_starts
+from toolkit.harness import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench, save_checkpoint, shared_starts
 
 
 def _command_line(ctx: typer.Context) -> str:
@@ -37,15 +35,7 @@ def _command_line(ctx: typer.Context) -> str:
 def _write(result: BenchResult, json_out: Path, plot: Path | None, markdown: Path | None,
            title: str | None) -> None:
     """Write the JSON (and the plot and markdown tables when asked)."""
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{json_out.name}.", dir=json_out.parent)   # never a planted path
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(_json.dumps(result.to_json(), indent=1))
-        os.replace(tmp, json_out)   # atomic: an interrupted bench keeps its last complete JSON
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_checkpoint(json_out, result.to_json())
     if plot is not None or markdown is not None:
         from toolkit.report import bench_markdown, plot_bench
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,33 @@ def trials_to_optimum(history: Sequence[float | None], optimum: float, tolerance
     """First trial whose best-so-far is within ``tolerance`` (relative) of ``optimum``; ``None`` if never."""
     hit = np.flatnonzero(_values(history) <= optimum * (1 + tolerance))
     return int(hit[0]) + 1 if len(hit) else None
+
+
+MATCH_TOLERANCE = 0.01
+"""A run matches a reference once its best is within this fraction of the reference's final best."""
+
+
+def trials_to_match(history: Sequence[float | None], target: float | None,
+                    tolerance: float = MATCH_TOLERANCE) -> int | None:
+    """First trial whose best-so-far is within ``tolerance`` of ``target`` (another run's final best);
+    ``None`` if never or when there is no target.
+
+    >>> trials_to_match([3.0, 2.0, 1.005, 1.0], 1.0), trials_to_match([3.0], None)
+    (3, None)
+    """
+    if target is None or not math.isfinite(target):
+        return None
+    return trials_to_optimum(history, target, tolerance)
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive finite values (``None`` when there are none).
+
+    >>> round(geomean([1.0, 4.0, None]), 6)
+    2.0
+    """
+    vs = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return math.exp(sum(math.log(v) for v in vs) / len(vs)) if vs else None
 
 
 def regret(history: Sequence[float | None], optimum: float, no_valid: float = NO_VALID_REGRET) -> np.ndarray:

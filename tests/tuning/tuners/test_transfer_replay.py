@@ -11,7 +11,7 @@ import pytest
 
 from toolkit.backends import make_task
 from toolkit.backends.vta.pretrained import load_pretrained, model_path
-from toolkit.bench import CompileReplayBuilder, stale_configs
+from toolkit.harness import CompileReplayBuilder, stale_configs
 from toolkit.boards import resolve_board
 from toolkit.tuning.metrics import regret_at, trials_to_optimum
 from toolkit.tuning.replay import CachedRunner, MeasurementCache

@@ -165,6 +165,9 @@ class VTABackend(Backend):
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
         return profile_hw(profile)
 
+    def preset(self, profile: BoardProfile) -> str | None:
+        return (profile.vta or {}).get("preset")
+
     def bitstream(self, profile: BoardProfile) -> str | None:
         """The bitstream of the profile's VTA preset (``--vta-config zcu102`` on the simulator: ZCU102's)."""
         return get_preset(profile.vta["preset"]).bitstream
