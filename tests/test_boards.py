@@ -137,7 +137,7 @@ def test_board_remove_forgets_the_boards_provisioning_state(tmp_path):
     from typer.testing import CliRunner
 
     from toolkit.cli.app import app
-    from toolkit.rpc.provision import board_state
+    from toolkit.rpc.agent_control import board_state
     from toolkit.rpc.state import write_state
 
     inv = tmp_path / "inv.toml"

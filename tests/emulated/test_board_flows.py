@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from toolkit.boards import Inventory
 from toolkit.cli.app import app
-from toolkit.rpc.provision import remote_paths
+from toolkit.rpc.agent_control import remote_paths
 from toolkit.rpc.ssh import connect_board
 from toolkit.tuning.journal import read_log
 

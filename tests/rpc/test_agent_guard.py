@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolkit.rpc.agent import handshake_problem
-from toolkit.rpc.provision import call_health
+from toolkit.rpc.agent_control import call_health
 from toolkit.rpc.tracker import require_server, start_tracker
 
 ROOT = Path(__file__).resolve().parents[2]

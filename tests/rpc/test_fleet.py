@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from toolkit.boards import Inventory, resolve_board
 from toolkit.cli.app import app
-from toolkit.rpc.provision import remote_paths
+from toolkit.rpc.agent_control import remote_paths
 from toolkit.rpc.ssh import connect_board
 from toolkit.rpc.tunnel import running_keeper
 from toolkit.backends.vta.rpc_runner import VTARPCRunner

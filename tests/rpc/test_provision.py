@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from toolkit.boards import resolve_board
 from toolkit.cli.app import app
-from toolkit.rpc.provision import call_health
+from toolkit.rpc.agent_control import call_health
 from toolkit.backends.vta.rpc_runner import VTARPCRunner
 from toolkit.tuning.session import tune
 from toolkit.tuning.core.builder import LocalBuilder

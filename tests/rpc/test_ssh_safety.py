@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from toolkit.cli.app import app
 from toolkit.errors import BoardError
-from toolkit.rpc.provision import call_health
+from toolkit.rpc.agent_control import call_health
 from toolkit.rpc.ssh import SSHTarget, connect
 
 from .conftest import free_port

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from toolkit.cli.app import app
-from toolkit.rpc.provision import call_health, wait_registered
+from toolkit.rpc.agent_control import call_health, wait_registered
 from toolkit.rpc.state import state_dir
 from toolkit.rpc.tunnel import running_keeper
 

@@ -87,7 +87,7 @@ def show(name: Annotated[str, typer.Argument(help="Board name.")], inventory: In
 @board_app.command("remove")
 def remove(name: Annotated[str, typer.Argument(help="Board name.")], inventory: InventoryOpt = None) -> None:
     """Remove a board from the inventory, with what edgetune keeps of its provisioning (stop it first)."""
-    from toolkit.rpc.provision import forget
+    from toolkit.rpc.agent_control import forget
     from toolkit.rpc.tunnel import running_keeper
 
     if running_keeper(name) is not None:
@@ -131,7 +131,7 @@ def check(
 ) -> None:
     """Log in and check what the board has (OS, Python, TVM runtime, GPU, FPGA) and what it lacks."""
     from toolkit.rpc import check as chk
-    from toolkit.rpc.provision import board_state
+    from toolkit.rpc.agent_control import board_state
     from toolkit.rpc.ssh import connect_board
 
     entry = _registered(name, inventory)
@@ -229,7 +229,7 @@ def _dry_tracker() -> tuple[str, int]:
 def stop(name: Annotated[str, typer.Argument(help="Board name.")], accept_new_host_key: AcceptNewOpt = False,
          inventory: InventoryOpt = None) -> None:
     """Stop a board's agent (its whole process group)."""
-    from toolkit.rpc.provision import stop_agent
+    from toolkit.rpc.agent_control import stop_agent
     from toolkit.rpc.ssh import connect_board
 
     from toolkit.rpc.tunnel import stop_keeper
@@ -247,7 +247,7 @@ def logs(name: Annotated[str, typer.Argument(help="Board name.")],
          lines: Annotated[int, typer.Option("--lines", "-n", help="How many lines.")] = 50,
          accept_new_host_key: AcceptNewOpt = False, inventory: InventoryOpt = None) -> None:
     """Print the end of a board's agent log."""
-    from toolkit.rpc.provision import agent_log
+    from toolkit.rpc.agent_control import agent_log
     from toolkit.rpc.ssh import connect_board
 
     entry = _registered(name, inventory)

@@ -26,12 +26,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import re
 import shlex
 import tarfile
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -39,10 +37,12 @@ from typing import Callable
 from toolkit import bitstreams
 from toolkit.boards import BoardEntry
 from toolkit.errors import BoardError
+from toolkit.rpc.agent_control import (DEFAULT_REMOTE_DIR, agent_paths, agent_running, call_health, stop_command,
+                                       wait_agent_state,
+                                       wait_registered)
 from toolkit.rpc.ssh import SSHSession, quote
-from toolkit.rpc.state import read_state, remove_state, write_state
+from toolkit.rpc.state import write_state
 
-DEFAULT_REMOTE_DIR = "~/.edgetune"
 DEFAULT_RUNTIME = "apache-tvm==0.27.0.post1"
 RUNTIME_DEPS = ("apache-tvm-ffi==0.1.14.post1", "numpy", "tornado", "psutil", "cloudpickle")
 TVM_GIT = "https://github.com/apache/tvm"
@@ -168,17 +168,8 @@ def agent_bundle() -> tuple[bytes, str]:
     return gzip.compress(raw.getvalue(), mtime=0), digest
 
 
-def agent_paths(name: str, remote_dir: str = DEFAULT_REMOTE_DIR) -> dict[str, str]:
-    """Where a board's agent keeps its pid, log and state file on the board."""
-    return _paths(BoardEntry(name, "local"), ProvisionOptions(tracker=("", 0), remote_dir=remote_dir))
-
-
 def _paths(entry: BoardEntry, opts: ProvisionOptions) -> dict[str, str]:
-    r = opts.remote_dir.rstrip("/")
-    agent_dir = f"{r}/agents/{entry.name}"
-    return {"root": r, "code": f"{r}/agent", "venv": f"{r}/venv", "agent_dir": agent_dir,
-            "pid": f"{agent_dir}/agent.pid", "log": f"{agent_dir}/agent.log", "state": f"{agent_dir}/agent.json",
-            "args": f"{agent_dir}/agent.args", "bits": f"{r}/bitstreams", "tvm": f"{r}/tvm"}
+    return agent_paths(entry.name, opts.remote_dir)
 
 
 def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[str, str]) -> list[Step]:
@@ -294,26 +285,6 @@ def _sh(argv: list[str]) -> str:
     return " ".join(quote(a) if a.startswith("~") else shlex.quote(a) for a in argv)
 
 
-AGENT_MODULE = "toolkit.rpc.agent"
-"""What an agent's command line holds: a pid from a pid file is signalled only when its process runs it."""
-
-
-def agent_running(pid_file: str) -> str:
-    """Shell test: the pid file names a number whose process runs the agent (not a recycled pid)."""
-    return (f"g=$(cat {pid_file} 2>/dev/null); case \"$g\" in ''|*[!0-9]*) false;; *) tr '\\0' ' ' "
-            f"< /proc/$g/cmdline 2>/dev/null | grep -q {AGENT_MODULE};; esac")
-
-
-def stop_command(p: dict[str, str], sudo: bool = False) -> str:
-    """Shell: end the agent's process group (TERM, then KILL) and remove its pid file; a pid file whose
-    process is not the agent (stale, the pid reused) is removed without signalling anything."""
-    s = "sudo -n " if sudo else ""
-    pid = quote(p["pid"])
-    return (f"if [ -f {pid} ]; then if {agent_running(pid)}; then {s}kill -TERM -- -$g 2>/dev/null; "
-            f"for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /proc/$g/status ] || break; sleep 0.3; done; "
-            f"{s}kill -KILL -- -$g 2>/dev/null; fi; rm -f {pid}; fi; true")
-
-
 def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     """The provisioning plan of a board (no connection needed)."""
     profile = entry.profile
@@ -374,19 +345,19 @@ def tunnelled_plan(entry: BoardEntry, opts: ProvisionOptions, *, tunnel: bool | 
     By default (``tunnel=None``) it is, unless the agent is exposed (``opts.expose``) or the board is on
     loopback: then no RPC port is on any network. With a tunnel, the keeper process (board ``127.0.0.1:R``
     -> tracker, ``127.0.0.1:L`` here -> agent) is started first and ``opts`` point the agent at its ends; a
-    dry run shows the ports as 0 and starts nothing.
+    dry run shows the ports as 0 and starts nothing. ``opts`` is not changed: the plan holds the tunnel's ends.
     """
     if tunnel is None:
         tunnel = not opts.expose and not on_loopback(entry.host)
     if tunnel and dry_run:
-        opts.board_tracker, opts.report_host, opts.report_port = ("127.0.0.1", 0), "127.0.0.1", 0
+        opts = replace(opts, board_tracker=("127.0.0.1", 0), report_host="127.0.0.1", report_port=0)
     elif tunnel:
         from toolkit.rpc.tunnel import start_keeper
 
         keeper = start_keeper(entry.name, opts.tracker, agent_paths(entry.name, opts.remote_dir)["state"],
                               inventory=inventory, accept_new_host_key=accept_new_host_key)
-        opts.board_tracker = ("127.0.0.1", int(keeper["remote_port"]))
-        opts.report_host, opts.report_port = "127.0.0.1", int(keeper["local_port"])
+        opts = replace(opts, board_tracker=("127.0.0.1", int(keeper["remote_port"])), report_host="127.0.0.1",
+                       report_port=int(keeper["local_port"]))
     return make_plan(entry, opts), tunnel
 
 
@@ -401,61 +372,7 @@ def _verifier(entry: BoardEntry, opts: ProvisionOptions, p: dict[str, str]) -> C
     return verify
 
 
-def _alive_cmd(session: SSHSession, p: dict[str, str]) -> bool:
-    """Is the agent in the pid file running (works for a root agent seen by its non-root user)."""
-    pid = quote(p["pid"])
-    return session.run(f"[ -f {pid} ] && {agent_running(pid)}").ok
-
-
-def wait_agent_state(session: SSHSession, p: dict[str, str], timeout: float) -> dict:
-    """The agent's state file once it has bound its port."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = session.run(f"cat {quote(p['state'])} 2>/dev/null")
-        if r.ok and r.stdout.strip():
-            return json.loads(r.stdout)
-        alive = _alive_cmd(session, p)
-        if not alive and time.monotonic() > deadline - timeout + 3:
-            tail = session.run(f"tail -n 3 {quote(p['log'])}").stdout.strip().replace("\n", " | ")
-            raise BoardError(f"the agent exited at start: {tail or 'no log'}; see `edgetune board logs`")
-        if time.monotonic() > deadline:
-            raise BoardError(f"the agent did not start within {timeout:.0f}s; see `edgetune board logs`")
-        time.sleep(0.3)
-
-
-def wait_registered(tracker: tuple[str, int], key: str, port: int, timeout: float,
-                    log: Callable[[], str] | None = None) -> None:
-    """Wait until the tracker lists a server under ``key`` reporting ``port``."""
-    from toolkit.rpc.tracker import tracker_summary
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = tracker_summary(*tracker)
-        if any(s.get("key") == f"server:{key}" and int(s["addr"][1]) == port for s in info.get("server_info", [])):
-            return
-        time.sleep(0.3)
-    tail = " | ".join((log() if log else "").strip().splitlines()[-2:])
-    raise BoardError(f"the agent did not register with the tracker {tracker[0]}:{tracker[1]} under key {key!r} "
-                     f"within {timeout:.0f}s (can the board reach the tracker?) {tail}")
-
-
-def call_health(tracker: tuple[str, int], key: str, name: str | None, timeout: float) -> dict:
-    """Ask an agent with ``key`` for ``edgetune.health``; with ``name``, retry until that board answers."""
-    from tvm import rpc
-
-    deadline = time.monotonic() + timeout
-    last: dict = {}
-    while time.monotonic() < deadline:
-        remote = rpc.connect_tracker(*tracker).request(key, priority=1, session_timeout=30)
-        last = json.loads(remote.get_function("edgetune.health")())
-        del remote
-        if name is None or last.get("name") == name:
-            return last
-        time.sleep(0.2)
-    raise BoardError(f"board {name} did not answer through the tracker (last answer from {last.get('name')})")
-
-
-# -- running plans, and the agent's lifecycle ---------------------------------------------------
+# -- running plans ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -496,55 +413,3 @@ def _sftp_path(session: SSHSession, path: str) -> str:
     return path
 
 
-def board_state(name: str) -> dict | None:
-    """What the last provisioning of board ``name`` recorded locally (remote dir, python, tracker)."""
-    return read_state(f"boards/{name}")
-
-
-def _state_or_fail(name: str) -> dict:
-    state = board_state(name)
-    if state is None:
-        raise BoardError(f"board {name} was never provisioned from here; run `edgetune board provision {name}`")
-    return state
-
-
-def remote_paths(name: str) -> dict[str, str]:
-    """Remote paths of a provisioned board's agent."""
-    state = _state_or_fail(name)
-    d = state["agent_dir"]
-    return {"pid": f"{d}/agent.pid", "log": f"{d}/agent.log", "state": f"{d}/agent.json", "agent_dir": d}
-
-
-def stop_agent(name: str, session: SSHSession) -> bool:
-    """Stop a board's agent; ``True`` if one was running."""
-    state = _state_or_fail(name)
-    p = remote_paths(name)
-    was = _alive_cmd(session, p)
-    session.run(stop_command(p, bool(state.get("sudo"))), check=True)
-    session.run(f"rm -f {quote(p['state'])} {quote(p['agent_dir'])}/agent.args")
-    return was
-
-
-def agent_log(name: str, session: SSHSession, lines: int = 50) -> str:
-    """The last ``lines`` lines of a board's agent log."""
-    p = remote_paths(name)
-    r = session.run(f"tail -n {int(lines)} {quote(p['log'])}")
-    if not r.ok:
-        raise BoardError(f"board {name} has no agent log yet; run `edgetune board provision {name}`")
-    return r.stdout
-
-
-def agent_status(name: str, session: SSHSession) -> dict:
-    """Is the agent running, with which pid/port (from its state file)."""
-    p = remote_paths(name)
-    alive = _alive_cmd(session, p)
-    info: dict = {}
-    if alive:
-        r = session.run(f"cat {quote(p['state'])} 2>/dev/null")
-        info = json.loads(r.stdout) if r.ok and r.stdout.strip() else {}
-    return {"agent_up": alive, **{k: info.get(k) for k in ("pid", "port", "report_port", "key", "tracker")}}
-
-
-def forget(name: str) -> None:
-    """Drop the local provisioning record of a board."""
-    remove_state(f"boards/{name}")

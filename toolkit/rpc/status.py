@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from toolkit.boards import BoardEntry
 from toolkit.errors import EdgetuneError
-from toolkit.rpc.provision import agent_status, board_state
+from toolkit.rpc.agent_control import agent_status, board_state
 from toolkit.rpc.ssh import connect_board
 from toolkit.rpc.tracker import tracker_summary
 
