@@ -42,7 +42,7 @@ VARIANTS = ("torch", "relax-default", "metaschedule", "edgetune-untuned", "edget
 
 def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
     """``tune --model`` on ``local`` (the default tuner); (log, wall seconds, trials, tuner), resumed when present."""
-    from toolkit.backends import backend_for, tasks_of
+    from toolkit.backends import network_tasks
     from toolkit.boards import resolve_board
     from toolkit.tuning.network import tune_network
     from toolkit.tuning.scheduler import make_scheduler
@@ -50,14 +50,14 @@ def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
     from toolkit.workloads.extract import load_network
 
     board = resolve_board("local")
-    plan = backend_for(board.profile).plan_network(load_network(model, SHAPE))
+    plan, tasks = network_tasks(load_network(model, SHAPE), board)
     budget = trials * len(plan.tasks)
     log, done = OUT / f"{model}.jsonl", OUT / f"{model}-tune.json"
     if done.exists():
         return log, json.loads(done.read_text())["wall_s"], budget, DEFAULT_TUNER
     log.unlink(missing_ok=True)
     started = time.perf_counter()
-    tune_network(plan, tasks_of(plan, board), DEFAULT_TUNER, budget, log=log,
+    tune_network(plan, tasks, DEFAULT_TUNER, budget, log=log,
                  scheduler=make_scheduler("gradient", seed=0, trials_per_round=8))
     wall = time.perf_counter() - started
     done.write_text(json.dumps({"wall_s": wall, "trials": budget, "tuner": DEFAULT_TUNER}))

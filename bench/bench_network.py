@@ -30,7 +30,7 @@ from bench.bench_tuning import build_cache
 from toolkit.harness import write_doc_section
 from toolkit import console
 from toolkit.boards import resolve_board
-from toolkit.backends import backend_for, tasks_of
+from toolkit.backends import network_tasks
 from toolkit.workloads.networks import get_network
 from toolkit.tuning.network import NetworkSummary, tune_network
 from toolkit.tuning.replay import CachedRunner, ReplayBuilder
@@ -47,8 +47,8 @@ PYNQ_MS = {layer: ms for layer, (_, ms) in PYNQ_MEASUREMENTS.items()}
 
 
 def run(trials: int, seeds: int, tuner: str, round_trials: int) -> dict:
-    plan = backend_for("vta").plan_network(get_network("resnet18"))
     board = resolve_board("vta-fsim")
+    plan, tasks = network_tasks(get_network("resnet18"), board)
     caches: dict = {}
     for t in plan.tasks:
         layer = t.workload.name.split(".")[1]
@@ -64,7 +64,7 @@ def run(trials: int, seeds: int, tuner: str, round_trials: int) -> dict:
             for seed in range(seeds):
                 tid = bar.add_task(f"{name} seed {seed}", total=trials, status="")
                 t0 = time.perf_counter()
-                s = tune_network(plan, tasks_of(plan, board), tuner, trials, seed=seed,
+                s = tune_network(plan, tasks, tuner, trials, seed=seed,
                                  scheduler=make_scheduler(name, seed=seed, trials_per_round=round_trials),
                                  measure_with=lambda task: (ReplayBuilder(caches[task.workload]),
                                                         CachedRunner(caches[task.workload])),

@@ -42,7 +42,7 @@ RUNS = 5
 
 def _tune(preset: str, trials: int) -> tuple[Path, float, int]:
     """``tune --model resnet18`` on the simulator of ``preset``: (log, wall seconds, trials), resumed when present."""
-    from toolkit.backends import backend_for, tasks_of
+    from toolkit.backends import network_tasks
     from toolkit.boards import resolve_board
     from toolkit.backends.vta.backend import with_vta_preset
     from toolkit.tuning.network import tune_network
@@ -51,14 +51,14 @@ def _tune(preset: str, trials: int) -> tuple[Path, float, int]:
     from toolkit.workloads.extract import load_network
 
     board = with_vta_preset(resolve_board("vta-fsim"), preset)
-    plan = backend_for(board.profile).plan_network(load_network("resnet18", SHAPE))
+    plan, tasks = network_tasks(load_network("resnet18", SHAPE), board)
     budget = trials * len(plan.tasks)
     log, done = OUT / f"resnet18-{preset}.jsonl", OUT / f"resnet18-{preset}-tune.json"
     if done.exists():
         return log, json.loads(done.read_text())["wall_s"], budget
     log.unlink(missing_ok=True)
     started = time.perf_counter()
-    tune_network(plan, tasks_of(plan, board), DEFAULT_TUNER, budget, log=log,
+    tune_network(plan, tasks, DEFAULT_TUNER, budget, log=log,
                  scheduler=make_scheduler("gradient", seed=0, trials_per_round=8))
     wall = time.perf_counter() - started
     done.write_text(json.dumps({"wall_s": wall, "trials": budget}))

@@ -34,6 +34,7 @@ _API = {
     "transfer_model_from": "toolkit.tuning.models.transfer:transfer_model_from",
     "make_task": "toolkit.backends.registry:make_task",
     "tasks_of": "toolkit.backends.registry:tasks_of",
+    "network_tasks": "toolkit.backends.registry:network_tasks",
     "backend_for": "toolkit.backends.registry:backend_for",
     "resolve_board": "toolkit.boards:resolve_board",
     "parse_workload": "toolkit.workloads.catalog:parse_workload",

@@ -10,7 +10,7 @@ from toolkit.boards import Board, BoardProfile
 from toolkit.errors import BoardError
 from toolkit.tuning.core.task import Task
 from toolkit.workloads import Conv2dWorkload
-from toolkit.workloads.networks import TaskPlan
+from toolkit.workloads.networks import Network, TaskPlan
 
 BACKENDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "vta": ("toolkit.backends.vta.backend", "VTABackend", {}),
@@ -59,6 +59,21 @@ def make_task(workload: Conv2dWorkload, board: Board, **template_options: Any) -
 def tasks_of(plan: TaskPlan, board: Board, **template_options: Any) -> list[Task]:
     """One task per task of a network ``plan`` (made by the board's backend, ``plan_network``) on ``board``."""
     return [make_task(t.workload, board, **template_options) for t in plan.tasks]
+
+
+def network_tasks(network: Network, board: Board, *, first_conv: str = "cpu",
+                  **template_options: Any) -> tuple[TaskPlan, list[Task]]:
+    """A network's plan on ``board`` (its backend's :meth:`~toolkit.backends.base.Backend.plan_network`) and
+    one task per planned task, in order: what :func:`~toolkit.tuning.network.tune_network` takes.
+
+    >>> from toolkit.boards import resolve_board
+    >>> from toolkit.workloads.networks import get_network
+    >>> plan, tasks = network_tasks(get_network("resnet18"), resolve_board("vta-fsim"))
+    >>> len(plan.tasks) == len(tasks), tasks[0].workload.label
+    (True, 'resnet18.C2')
+    """
+    plan = backend_for(board.profile).plan_network(network, first_conv=first_conv)
+    return plan, tasks_of(plan, board, **template_options)
 
 
 def template_for(workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Any:

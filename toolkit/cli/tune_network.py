@@ -9,7 +9,7 @@ from typing import Any
 from toolkit import console
 from toolkit.boards import Board
 from toolkit.workloads.extract import load_network, parse_input_shape
-from toolkit.backends import backend_for, tasks_of
+from toolkit.backends import backend_for, network_tasks
 from toolkit.tuning.network import NetworkSummary, tune_network
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.scheduler import make_scheduler
@@ -27,10 +27,9 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
     reached through ``tracker``), print the per-task table and the total."""
     console.waiting(f"reading the convs of model {model} for input {input_shape} (seconds for a traced model)")
     net = load_network(model, parse_input_shape(input_shape))
-    plan = backend_for(board.profile).plan_network(net, first_conv=first_conv)
+    plan, tasks = network_tasks(net, board, first_conv=first_conv, **template_options)
     sched = make_scheduler(scheduler, seed=seed, trials_per_round=round_trials)
     log_path = log or Path("edgetune-logs") / board.name / f"{net.name}.jsonl"
-    tasks = tasks_of(plan, board, **template_options)
     backend = backend_for(board.profile)
     builder, runner = backend.default_builder(board), backend.make_runner(board, tracker=tracker, wait_s=wait_s)
     runner.on_wait = console.warn

@@ -7,13 +7,11 @@ network; records carry their workload, so the log holds all tasks. ``resume`` re
 task from its records (its tuner's history, its trial count, the scheduler's view) and the
 budget counts the restored trials, as :func:`~toolkit.tuning.session.tune` does.
 
->>> from toolkit.backends import backend_for, tasks_of
+>>> from toolkit.backends import network_tasks
 >>> from toolkit.boards import resolve_board
 >>> from toolkit.workloads.networks import get_network
 >>> from toolkit.tuning.scheduler import GradientScheduler
->>> board = resolve_board("vta-fsim")
->>> plan = backend_for(board.profile).plan_network(get_network("resnet18"))
->>> tasks = tasks_of(plan, board)  # doctest: +SKIP
+>>> plan, tasks = network_tasks(get_network("resnet18"), resolve_board("vta-fsim"))
 >>> s = tune_network(plan, tasks, "random", 64,
 ...                  scheduler=GradientScheduler(trials_per_round=8))  # doctest: +SKIP
 >>> s.total_seconds  # doctest: +SKIP
@@ -132,7 +130,7 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
                  measure_with: MeasureWith | None = None,
                  measure_options: MeasureOptions | None = None, tuner_options: dict[str, Any] | None = None,
                  seed: int = 0, callback: Callable[[NetworkSummary], None] | None = None) -> NetworkSummary:
-    """Tune ``tasks`` (one per task of ``plan``, on one board: :func:`toolkit.backends.tasks_of`)
+    """Tune ``tasks`` (one per task of ``plan``, on one board: :func:`toolkit.backends.network_tasks`)
     with ``n_trials`` trials in all (see the module docstring).
 
     ``tuner`` is a registered tuner name (task ``i`` gets seed ``seed + i``) or a factory

@@ -16,7 +16,7 @@ import pytest
 from toolkit.boards import resolve_board
 from toolkit.errors import LogError
 from toolkit.workloads.extract import extract
-from toolkit.backends import backend_for, tasks_of
+from toolkit.backends import network_tasks
 from toolkit.tuning.network import tune_network
 from toolkit.tuning.journal import read_log
 from toolkit.tuning.scheduler import GradientScheduler, RoundRobinScheduler
@@ -63,10 +63,10 @@ def _per_task(log):
 
 
 def test_network_tune_api_one_log(tiny, tmp_path):
-    plan = backend_for("vta").plan_network(extract(f"{tiny}:make", (1, 3, 32, 32)).network)
+    plan, tasks = network_tasks(extract(f"{tiny}:make", (1, 3, 32, 32)).network, resolve_board("vta-fsim"))
     assert [t.count for t in plan.tasks] == [2, 1]                # a1 + a2 merged; stem on CPU; dw skipped
     log = tmp_path / "net.jsonl"
-    s = tune_network(plan, tasks_of(plan, resolve_board("vta-fsim")), "random", 32, log=log,
+    s = tune_network(plan, tasks, "random", 32, log=log,
                      scheduler=RoundRobinScheduler(trials_per_round=8))
     assert [t.trials for t in s.tasks] == [16, 16]
     header, records, by_wl = _per_task(log)
@@ -76,8 +76,8 @@ def test_network_tune_api_one_log(tiny, tmp_path):
     assert s.total_seconds == pytest.approx(2 * s.tasks[0].best_seconds + s.tasks[1].best_seconds)
     assert s.curve[-1] == (32, s.total_seconds)
     with pytest.raises(LogError, match="already exists"):
-        tune_network(plan, tasks_of(plan, resolve_board("vta-fsim")), "random", 40, log=log, scheduler=GradientScheduler())
-    more = tune_network(plan, tasks_of(plan, resolve_board("vta-fsim")), "random", 40, log=log, resume=True,
+        tune_network(plan, tasks, "random", 40, log=log, scheduler=GradientScheduler())
+    more = tune_network(plan, tasks, "random", 40, log=log, resume=True,
                         scheduler=GradientScheduler(trials_per_round=8))
     assert (more.resumed, more.trials) == (32, 40)
     _, records, by_wl = _per_task(log)
