@@ -13,7 +13,8 @@ from toolkit import console
 from toolkit.backends import backend_for
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
-from toolkit.cli.options import BoardOpt, InventoryOpt, JsonOpt, TvmCompatOpt, VtaConfigOpt, board_from, check_folder
+from toolkit.cli.options import (BoardOpt, InventoryOpt, JsonOpt, TvmCompatOpt, VtaConfigOpt, board_from, check_folder,
+                                 template_options)
 from toolkit.harness import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench, save_checkpoint, shared_starts
 
 
@@ -87,8 +88,7 @@ def bench(
     """
     brd = board_from(board, inventory, vta_config)
     backend = backend_for(brd.profile)
-    if tvm_compat and "tvm_compat" not in backend.template_options:
-        raise ConfigError("--tvm-compat applies to VTA boards only")
+    options = template_options(brd, tvm_compat)
     wls = expand_workloads(workloads, first_conv_on_cpu=backend.first_conv_on_cpu)
     names = _split([tuners])
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -116,7 +116,7 @@ def bench(
             bar.update(ids[key], completed=done, total=total, status=what)
 
         result = run_bench(brd, wls, names, trials, seeds, reference=reference,
-                           template_options={"tvm_compat": True} if tvm_compat else {}, replay=replay,
+                           template_options=options, replay=replay,
                            cache_dirs=cache_dir or [DEFAULT_CACHE_DIR], command=command, progress=on_progress,
                            checkpoint=lambda partial: _write(partial, json_out, None, None, title), previous=previous)
     _write(result, json_out, plot, markdown, title)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -60,6 +60,39 @@ WaitBoardOpt = Annotated[float, typer.Option(
     help="Boards over RPC: how long a lost board may take to come back before the run stops (every finished trial "
          "stays in the log).", rich_help_panel=_MEASURE)]
 
+CheckOpt = Annotated[bool, typer.Option(
+    "--check/--no-check", help="Check each config's output against the reference (slower).", rich_help_panel=_MEASURE)]
+
+TunerOpt = Annotated[str, typer.Option("--tuner", "-t", help="Tuner name; see `edgetune tuners`.")]
+TunerOptionOpt = Annotated[Optional[list[str]], typer.Option(
+    "--option", "-o", help="Tuner option KEY=VALUE; repeat for several (see `edgetune tuners`).")]
+SeedOpt = Annotated[int, typer.Option(min=0, help="Random seed of the tuner.")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue an existing log; measured configs are skipped.")]
+TransferOpt = Annotated[Optional[str], typer.Option(
+    "--transfer", metavar="LOGS_OR_MODEL", help="Start from what other tuning learned: a tuning log, a folder "
+    "of logs, a transfer model file, 'pretrained' (the model edgetune ships for the board) or 'none'. Default: "
+    "the tuner's own (see `edgetune tuners NAME`).")]
+
+_NETWORK = "Whole network"
+SchedulerOpt = Annotated[str, typer.Option(
+    help="Whole network: task scheduler, gradient (Ansor) or round-robin.", rich_help_panel=_NETWORK)]
+RoundTrialsOpt = Annotated[int, typer.Option(
+    "--round-trials", min=1, help="Whole network: trials per scheduler round.", rich_help_panel=_NETWORK)]
+FirstConvOpt = Annotated[str, typer.Option(
+    "--first-conv", help="Whole network on VTA: 'cpu' leaves the first conv on the CPU (as TVM), 'pad' pads it to "
+                         "16 channels.", rich_help_panel=_NETWORK)]
+
+
+def parse_options(items: list[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; :class:`ConfigError` for an item without ``=``."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--option {item!r} is not KEY=VALUE (e.g. --option plan_size=32)")
+        out[key.strip()] = value.strip()
+    return out
+
 
 def board_from(board: str, inventory: Path | None, vta_config: str | None = None) -> Board:
     """The board a command names (``--board``, ``--inventory``, ``--vta-config``)."""
@@ -67,3 +100,12 @@ def board_from(board: str, inventory: Path | None, vta_config: str | None = None
     from toolkit.boards import Inventory
 
     return board_for(board, Inventory(inventory) if inventory else None, vta_config)
+
+
+def template_options(board: Board, tvm_compat: bool) -> dict[str, Any]:
+    """The template options ``--tvm-compat`` stands for on ``board`` (refused where the family has no such space)."""
+    from toolkit.backends import backend_for
+
+    if tvm_compat and "tvm_compat" not in backend_for(board.profile).template_options:
+        raise ConfigError(f"--tvm-compat applies to VTA boards; {board.name} is a {board.profile.family} board")
+    return {"tvm_compat": True} if tvm_compat else {}

@@ -1,4 +1,4 @@
-"""``edgetune tune --model``: tune every conv of a network with a shared budget (called by ``toolkit.cli.tune``)."""
+"""``edgetune tune-model`` (and ``tune --model``): tune every conv of a network with a shared budget."""
 
 from __future__ import annotations
 
@@ -6,8 +6,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+from typing import Annotated, Optional
+
+import typer
+
 from toolkit import console
 from toolkit.boards import Board
+from toolkit.cli.app import app
+from toolkit.cli.options import (BoardOpt, CheckOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
+                                 MinRepeatMsOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt, SchedulerOpt,
+                                 SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt, TvmCompatOpt,
+                                 VtaConfigOpt, WaitBoardOpt, board_from, parse_options,
+                                 template_options)
+from toolkit.runs import transfer_options
+from toolkit.tuning.tuners.base import DEFAULT_TUNER
 from toolkit.workloads.extract import load_network, parse_input_shape
 from toolkit.backends import backend_for, network_tasks
 from toolkit.tuning.network import NetworkSummary, tune_network
@@ -17,6 +29,51 @@ from toolkit.tuning.scheduler import make_scheduler
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.4f}" if math.isfinite(seconds) else "-"
+
+
+@app.command("tune-model", rich_help_panel="Tune")
+def tune_model_command(
+    model: Annotated[str, typer.Argument(
+        help="A built-in network (resnet18; see `edgetune workloads networks`; seeded random weights) or a PyTorch "
+             "model (.pt2, TorchScript, module:factory or file.py:factory).")],
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials in all, shared by the network's "
+                                        "tasks (a resumed log's included).")],
+    board: BoardOpt = "vta-fsim",
+    tuner: TunerOpt = DEFAULT_TUNER,
+    log: Annotated[Optional[Path], typer.Option(help="Tuning log (default edgetune-logs/<board>/<network>.jsonl).")]
+    = None,
+    resume: ResumeOpt = False,
+    seed: SeedOpt = 0,
+    option: TunerOptionOpt = None,
+    transfer: TransferOpt = None,
+    tvm_compat: TvmCompatOpt = False,
+    vta_config: VtaConfigOpt = None,
+    check: CheckOpt = False,
+    number: NumberOpt = 1,
+    repeat: RepeatOpt = 3,
+    min_repeat_ms: MinRepeatMsOpt = 0.0,
+    timeout: TimeoutOpt = 30.0,
+    tracker: TrackerOpt = None,
+    wait_board: WaitBoardOpt = 120.0,
+    scheduler: SchedulerOpt = "gradient",
+    round_trials: RoundTrialsOpt = 32,
+    input_shape: InputShapeOpt = "1,3,224,224",
+    first_conv: FirstConvOpt = "cpu",
+    inventory: InventoryOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Tune every conv2d of a whole network on one board with one budget and one log (Ansor's task scheduler).
+
+    `edgetune tune-model resnet18 -b vta-fsim -n 512` tunes ResNet-18's convs; `tune --model` is the same.
+    """
+    brd = board_from(board, inventory, vta_config)
+    tune_model(model=model, board=brd, trials=trials, tuner=tuner,
+               tuner_options={**parse_options(option), **transfer_options(transfer, tuner, brd)},
+               scheduler=scheduler, round_trials=round_trials, input_shape=input_shape, first_conv=first_conv,
+               log=log, resume=resume, seed=seed, template_options=template_options(brd, tvm_compat),
+               measure=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout,
+                                      check=check),
+               tracker=tracker, wait_s=wait_board, json=json)
 
 
 def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_options: dict[str, Any],

@@ -144,3 +144,23 @@ def test_cli_network_tune_refuses_what_it_cannot_honour_and_uses_the_measurement
     assert r.exit_code == 0, r.output
     valid = [rec for rec in read_log(log)[1] if rec.valid]
     assert valid and all(len(rec.costs) == 2 for rec in valid)        # --repeat 2: two measurements each
+
+
+def test_tune_model_is_the_whole_network_command_and_tune_model_flag_the_same_run(tiny, tmp_path):
+    """``edgetune tune-model MODEL`` takes only what a network run honours (``--more`` is no option of it) and
+    gives the same log as ``tune --model`` with the same seed."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli.app import app
+
+    cli = CliRunner()
+    common = ["--input-shape", "1,3,32,32", "-t", "random", "-n", "16", "--seed", "3", "--json"]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    r = cli.invoke(app, ["tune-model", f"{tiny}:make", *common, "--log", str(a)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["trials"] == 16
+    r = cli.invoke(app, ["tune", "--model", f"{tiny}:make", *common, "--log", str(b)])
+    assert r.exit_code == 0, r.output
+    assert [(x.workload, x.index) for x in read_log(a)[1]] == [(x.workload, x.index) for x in read_log(b)[1]]
+    r = cli.invoke(app, ["tune-model", f"{tiny}:make", "--more", "2"])
+    assert r.exit_code == 2 and "--more" in r.output

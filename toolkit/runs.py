@@ -1,0 +1,90 @@
+"""What a tuning run starts from, worked out before it starts: the budget a log leaves (``--more``) and the
+transfer model a ``--transfer`` source stands for on a board.
+
+The command line reads these from here; a notebook calls them the same way::
+
+    trials, held = budget(Path("edgetune-logs/vta-fsim/resnet18.C2.jsonl"), more=64)
+    tuner = make_tuner("ml2tuner", **transfer_options("edgetune-logs/", "ml2tuner", board))
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from toolkit.backends import backend_for
+from toolkit.boards import Board
+from toolkit.errors import ConfigError
+from toolkit.export.write import log_board, tuned_profile_of
+from toolkit.tuning.journal import HEADER_KEY, DuplicateRecordWarning, TruncatedLogWarning, read_log
+from toolkit.tuning.models.transfer import log_files, transfer_model_from
+from toolkit.tuning.tuners.base import PRETRAINED, resolve_transfer, tuner_class
+
+
+def budget(log: Path | None, trials: int | None = None, more: int | None = None) -> tuple[int, int]:
+    """``(trials in all, trials the log holds)`` for ``--trials N`` (the budget in all, the log's included) or
+    ``--more N`` (N beyond what the log holds); exactly one of them. ``log`` is the log a run resumes
+    (``None``: a fresh run, holding nothing).
+
+    >>> budget(Path("no-such-log.jsonl"), more=8)
+    (8, 0)
+    """
+    if (trials is None) == (more is None):
+        raise ConfigError("give --trials N (the budget in all) or --more N (trials beyond the log's), one of them")
+    held = trials_in(log) if log is not None else 0
+    return (held + more if more is not None else trials), held  # type: ignore[return-value]
+
+
+def transfer_options(source: str | None, tuner: str, board: Board) -> dict[str, Any]:
+    """The tuner option ``--transfer SOURCE`` stands for: ``{}`` (the tuner's default), ``none``, ``pretrained``
+    (:class:`ConfigError` where edgetune ships no model for the board) or a model fitted on logs / loaded."""
+    if source is None:
+        return {}
+    if "transfer" not in tuner_class(tuner).options:
+        raise ConfigError(f"tuner {tuner!r} does not learn from other tasks; --transfer needs ml2tuner, "
+                          "ml2tuner+ or chameleon-ml2")
+    if source == "none":
+        return {"transfer": None}
+    if source == PRETRAINED:
+        if resolve_transfer(PRETRAINED, lambda: backend_for(board.profile).pretrained_transfer(board.profile)) is None:
+            raise ConfigError(f"edgetune ships no pretrained model for {board.name}; pass your own tuning logs "
+                              "(--transfer edgetune-logs/)")
+        return {"transfer": PRETRAINED}
+    _check_transfer_logs(source, board)
+    return {"transfer": transfer_model_from(source)}
+
+
+def _check_transfer_logs(source: str, board: Board) -> None:
+    """Refuse tuning logs of another hardware family, or of another VTA hardware config, as ``--transfer`` data
+    for ``board`` (their features mean other things there)."""
+    backend = backend_for(board.profile)
+    for log in log_files(source):
+        try:
+            with log.open("rb") as f:
+                first = json.loads(f.readline(1 << 20) or b"null")
+        except (OSError, ValueError, RecursionError):
+            continue            # transfer_model_from says what is wrong with it
+        if not (isinstance(first, dict) and HEADER_KEY in first):
+            continue            # a saved transfer model: it records no board
+        header = read_log(log)[0]
+        _, board_type, _ = log_board(header.task)
+        tuned = tuned_profile_of(board_type, header.task, log)
+        if backend_for(tuned) is not backend:
+            raise ConfigError(f"--transfer {log} was tuned on a {tuned.family} board ({board_type}); {board.name} is a "
+                              f"{board.profile.family} board: pass logs tuned on {board.profile.family} boards")
+        if backend.hardware(tuned) != backend.hardware(board.profile):
+            raise ConfigError(f"--transfer {log} was tuned for VTA {tuned.vta.get('bitstream')} ({board_type}); "
+                              f"{board.name} has {board.profile.vta.get('bitstream')}: pass logs tuned for it")
+
+
+def trials_in(path: Path) -> int:
+    """Trials a log holds (0 when there is none yet); a truncated last line or a repeated record is warned about
+    once, when the run takes the log over."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncatedLogWarning)
+        warnings.simplefilter("ignore", DuplicateRecordWarning)
+        return len(read_log(path)[1])
