@@ -46,7 +46,7 @@ LAYERS = ("C2", "C5", "C8")
 def options():
     from toolkit.tuning.core.runner import MeasureOptions
 
-    return MeasureOptions(number=1, repeat=3, min_repeat_ms=20, check=False)
+    return MeasureOptions(number=1, repeat=3, min_repeat_ms=20)
 
 
 def run_one(layer: str, tuner_name: str, seed: int, trials: int) -> Path:

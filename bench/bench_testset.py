@@ -9,7 +9,7 @@ measurement from an exhaustive simulator log of the layer's space (built first w
 ``bench/out/testset/<split>-<setting>.json`` and an interrupted run resumes. ``--report-only`` rewrites the
 docs section from the saved runs.
 
-Tuner labels: a tuner name, or ``NAME+transfer``: that tuner starting from the transfer model edgetune ships
+Tuner labels: a tuner name, or ``NAME:transfer=pretrained``: that tuner starting from the transfer model edgetune ships
 for the setting's preset (:mod:`toolkit.backends.vta.pretrained`, trained on the development set only).
 
 Figures, per setting and tuner, from each run's best-so-far history (:mod:`toolkit.tuning.metrics`):
@@ -49,10 +49,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "zcu102": {"title": "VTA simulator, ZCU102 preset (ML2Tuner's enlarged VTA), TVM-compatible space",
                "preset": "zcu102", "options": {"tvm_compat": True}},
 }
-TUNERS = "xgb,ml2tuner,ml2tuner+transfer,chameleon-ml2+transfer"
+TUNERS = "xgb,ml2tuner,ml2tuner:transfer=pretrained,chameleon-ml2:transfer=pretrained"
 REFERENCE = "xgb"
 CHECKPOINTS = (10, 25, 50, 100)
-TRANSFER = "+transfer"
+TRANSFER = ":transfer=pretrained"
 
 
 def board_for(preset: str):
@@ -63,7 +63,7 @@ def board_for(preset: str):
 
 
 def variants(labels: Sequence[str], preset: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    """``NAME+transfer`` labels -> (NAME, {"transfer": the preset's shipped model}); a plain label of a tuner
+    """``NAME:transfer=pretrained`` labels -> (NAME, {"transfer": the preset's shipped model}); a plain label of a tuner
     that can transfer starts cold (``transfer=None``), whatever that tuner's default."""
     from toolkit.backends.vta.pretrained import load_pretrained
     from toolkit.tuning.tuners.base import tuner_class
@@ -280,8 +280,8 @@ The figures here are measured on the **test set** (`toolkit.workloads.splits.TES
 ResNet-50, VGG-16, MobileNet v1, YOLOv3-tiny and four synthetic shapes (3x3 and 1x1, strides 1 and 2, 14x14 to
 56x56, 64 to 512 channels) that no default or option of edgetune's tuners was chosen on; those were chosen on
 the **development set**, ResNet-18 C2-C11, whose figures follow in their own sections ("Development set: tuners
-side by side" and after). The tables say how many of the 22 layers each setting ran. The shipped transfer models (`+transfer`) were trained on the development set only;
-`ml2tuner+transfer` is `ml2tuner+`, edgetune's default tuner.
+side by side" and after). The tables say how many of the 22 layers each setting ran. The shipped transfer models (`:transfer=pretrained`) were trained on the development set only;
+`ml2tuner:transfer=pretrained` is `ml2tuner+`, edgetune's default tuner.
 
 Each run's figures come from its best-so-far history against the layer's exact optimum (every config of the
 space measured once on the simulator), so no figure depends on another tuner's luck:
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test", choices=("test", "development"))
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
-    ap.add_argument("--tuners", default=TUNERS, help="comma-separated tuner labels (NAME or NAME+transfer)")
+    ap.add_argument("--tuners", default=TUNERS, help="comma-separated tuner labels (NAME or NAME:transfer=pretrained)")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--layers", help="workloads instead of the split's, comma- or semicolon-separated "

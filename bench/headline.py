@@ -75,7 +75,7 @@ def command(name: str, layers: list[str], seeds: int, trials: int, tuners: str, 
     out, img = OUT.relative_to(ROOT), IMG.relative_to(ROOT)
     cmd = [str(Path(sys.executable).parent / "edgetune"), "bench", *s["args"],
            "--workloads", ",".join(f"resnet18.{layer}" for layer in layers), "--tuners", tuners,
-           "--trials", str(trials), "--seeds", str(seeds), "--json", str(out / f"{out_name}.json"),
+           "--trials", str(trials), "--seeds", str(seeds), "--out", str(out / f"{out_name}.json"),
            "--plot", str(img / f"headline_{out_name}.png"), "--markdown", str(out / f"{out_name}.md"),
            "--title", s["title"], "--resume"]   # an interrupted setting continues where it stopped
     for c in CACHES:

@@ -29,7 +29,7 @@ def run_tuning_demo(out: Path, trials: int = 128, workload: str = "resnet18.C2",
     with console.progress() as bar:
         tid = bar.add_task(f"{DEFAULT_TUNER} {task.workload.label} on vta-fsim", total=trials, status="")
         summary = tune(task, make_tuner(DEFAULT_TUNER, seed=seed), trials, log=log, resume=True,
-                       measure_options=MeasureOptions(check=False),
+                       measure_options=MeasureOptions(),
                        callback=lambda s, _: bar.update(tid, completed=s.trials,
                                                         status=f"best {s.best_gops:.2f} GOPS"))
     best = f"{summary.best_seconds * 1e3:.4f} ms" if math.isfinite(summary.best_seconds) else "-"

@@ -20,7 +20,7 @@ def bench_out(tmp_path_factory):
     """One replayed bench of random and xgb on a 36-config workload (the cache is built on the simulator)."""
     d = tmp_path_factory.mktemp("bench")
     res = CliRunner().invoke(app, ["bench", "--board", "vta-fsim", "--workloads", SMALL, "--tuners", "random,xgb",
-                                   "--trials", "12", "--seeds", "2", "--json", str(d / "b.json"),
+                                   "--trials", "12", "--seeds", "2", "--out", str(d / "b.json"),
                                    "--plot", str(d / "b.png"), "--markdown", str(d / "b.md"),
                                    "--cache-dir", str(d / "cache")])
     assert res.exit_code == 0, res.output
@@ -58,10 +58,10 @@ def test_bench_writes_plot_and_markdown(bench_out):
 def test_bench_reuses_the_cache_and_rejects_unknown_tuners(bench_out):
     d, first = bench_out
     res = CliRunner().invoke(app, ["bench", "-w", SMALL, "-t", "random,nope", "-n", "4", "--reference", "random",
-                                   "--json", str(d / "x.json"), "--cache-dir", str(d / "cache")])
+                                   "--out", str(d / "x.json"), "--cache-dir", str(d / "cache")])
     assert res.exit_code == 2 and "unknown tuner 'nope'" in res.output
     res = CliRunner().invoke(app, ["bench", "-w", SMALL, "-t", "random", "-n", "4", "-s", "1", "--reference",
-                                   "random", "--json", str(d / "y.json"), "--cache-dir", str(d / "cache")])
+                                   "random", "--out", str(d / "y.json"), "--cache-dir", str(d / "cache")])
     assert res.exit_code == 0, res.output
     again = json.loads((d / "y.json").read_text())
     assert again["workloads"] == first["workloads"]     # same exhaustive log, same optimum
@@ -90,7 +90,7 @@ def test_report_on_a_real_log_writes_png_and_html(bench_out, tmp_path):
 def test_live_bench_measures_on_the_simulator(bench_out):
     d, first = bench_out
     res = CliRunner().invoke(app, ["bench", "-w", SMALL, "-t", "random", "-n", "5", "-s", "1", "--reference", "random",
-                                   "--no-replay", "--json", str(d / "live.json"), "--cache-dir", str(d / "cache")])
+                                   "--no-replay", "--out", str(d / "live.json"), "--cache-dir", str(d / "cache")])
     assert res.exit_code == 0, res.output
     live = json.loads((d / "live.json").read_text())
     (run,) = live["runs"]
@@ -110,6 +110,7 @@ def test_bench_refuses_to_overwrite_and_resumes_only_the_missing_runs(bench_out,
     assert json.loads(out.read_text()) == first                      # nothing recorded is lost
     res = CliRunner().invoke(app, [*args, "-t", "random,xgb,ga", "--resume"])
     assert res.exit_code == 0, res.output
+    assert "bench --json PATH is now --out PATH" in " ".join(res.output.split())   # the old name still works
     data = json.loads(out.read_text())
     assert data["settings"]["resumed_runs"] == 4 and len(data["runs"]) == 6
     old = {(r["tuner"], r["seed"]): r["history"] for r in first["runs"]}

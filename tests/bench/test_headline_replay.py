@@ -37,5 +37,5 @@ def test_a_committed_headline_run_replays_trial_for_trial(setting, workload, tun
     board = with_vta_preset(resolve_board(st["board"].removesuffix(f"-{st['vta_config']}")), st["vta_config"])
     task = make_task(parse_workload(workload), board, **st["template_options"])
     cold = {"transfer": None} if "transfer" in tuner_class(tuner).options else {}   # the headline ran them cold
-    s = tune(task, make_tuner(tuner, seed=run["seed"], **cold), TRIALS, measure_options=MeasureOptions(check=False))
+    s = tune(task, make_tuner(tuner, seed=run["seed"], **cold), TRIALS, measure_options=MeasureOptions())
     assert [h if math.isfinite(h) else None for h in s.history] == run["history"][:TRIALS]

@@ -61,7 +61,10 @@ def bench(
                                   "(resnet18.C2,resnet18.C5) or specs (separate specs with ';' or repeat the option).")],
     tuners: Annotated[str, typer.Option("--tuners", "-t", help="Comma-separated tuner names (see `edgetune tuners`).")],
     trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials per run (the same budget for all).")],
-    json_out: Annotated[Path, typer.Option("--json", help="Write every run and the summary to this JSON file.")],
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Write every run and the summary to this JSON file (required).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option(
+        "--json", hidden=True, help="The old name of --out (a path here, a flag everywhere else).")] = None,
     board: BoardOpt = "vta-fsim",
     seeds: Annotated[int, typer.Option("--seeds", "-s", min=1, help="Seeds 0..K-1 per tuner and workload.")] = 3,
     reference: Annotated[str, typer.Option(help="Tuner whose final best defines trials_to_match.")] = "xgb",
@@ -78,7 +81,7 @@ def bench(
         "--cache-dir", help="Folders searched for exhaustive logs (repeatable); missing ones are built in the first.")]
     = None,
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Reuse the runs already in --json (same board, trials and options); run only the "
+        "--resume", help="Reuse the runs already in --out (same board, trials and options); run only the "
                          "missing workload/tuner/seed runs.")] = False,
     inventory: InventoryOpt = None,
 ) -> None:
@@ -86,6 +89,11 @@ def bench(
 
     The JSON is rewritten after every run, so an interrupted bench continues with --resume.
     """
+    if json_path is not None:
+        console.warn("bench --json PATH is now --out PATH (--json is a flag in every other command)")
+        json_out = json_out or json_path
+    if json_out is None:
+        raise ConfigError("give --out FILE.json: the bench writes every run and the summary there")
     brd = board_from(board, inventory, vta_config)
     backend = backend_for(brd.profile)
     options = template_options(brd, tvm_compat)
@@ -103,7 +111,7 @@ def bench(
     if json_out.exists() and json_out.stat().st_size > 0:
         if not resume:
             raise ConfigError(f"{json_out} already holds a bench; pass --resume to reuse its runs, or choose another "
-                              "--json")
+                              "--out")
         previous = BenchResult.load(json_out)
     command = _command_line(ctx)
     with console.progress() as bar:

@@ -68,7 +68,7 @@ def stale_configs(task: Task, cache: MeasurementCache, n: int = CHECKED_CONFIGS)
     rng = np.random.default_rng(0)
     picks = [best.index] if best is not None else []
     picks += [i for i in rng.permutation(sorted(cache.by_index)).tolist() if i not in picks][: n - len(picks)]
-    now = measure_indices(task, picks, MeasureOptions(check=False))
+    now = measure_indices(task, picks, MeasureOptions())
     out = []
     for index, result in zip(picks, now):
         rec = cache.lookup(index)
@@ -105,7 +105,7 @@ def exhaustive_cache(task: Task, path: str | Path,
     if path.exists() and _read_header(path) is not None:
         set_aside_if_stale(task, MeasurementCache.from_log(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(check=False),
+    tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(),
          callback=(lambda s, _: callback(s.trials, task.space.size)) if callback else None)
     return MeasurementCache.from_log(path)
 

@@ -137,7 +137,7 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
             tuner = make_tuner(base, seed=seed, **{**options, **tuner_options.get(name, {})})
             built = [0.0]
             s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
-                     measure_options=MeasureOptions(check=False),
+                     measure_options=MeasureOptions(),
                      callback=lambda _, res: built.__setitem__(0, built[0] + sum(r.build_s for r in res)),
                      target_seconds=info["optimum"] if stop_at_optimum and replay else None)
             js = s.to_json()

@@ -169,7 +169,7 @@ class Session:
     def __init__(self, task: Task, tuner: Tuner, *, builder: Builder, runner: Runner,
                  measure_options: MeasureOptions | None = None, batch_size: int | None = None) -> None:
         self.task, self.tuner, self.builder, self.runner = task, tuner, builder, runner
-        self.options = measure_options or MeasureOptions(check=False)
+        self.options = measure_options or MeasureOptions()
         self.batch = batch_size or default_batch_size(builder)
         self.measured: set[int] = set()
         self.started = False
@@ -287,7 +287,7 @@ def measure_indices(task: Task, indices: Sequence[int], options: MeasureOptions 
     (nothing is logged); results in order."""
     builder, runner = task.backend.default_builder(task.board), task.backend.make_runner(task.board)
     try:
-        return _measure(task, builder, runner, options or MeasureOptions(check=False), list(indices))
+        return _measure(task, builder, runner, options or MeasureOptions(), list(indices))
     finally:
         runner.close()
         builder.close()

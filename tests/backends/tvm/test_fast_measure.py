@@ -132,8 +132,8 @@ def test_one_session_serves_a_batch_and_a_failure_starts_a_new_one(rpc, template
 
 def test_hopeless_configs_keep_one_timed_run(rpc, template, items):
     runner = RPCRunner(*rpc, "reuse")
-    cut = runner.run(template, items[:2], MeasureOptions(check=False, hopeless_factor=10, best_s=1e-9))
+    cut = runner.run(template, items[:2], MeasureOptions(hopeless_factor=10, best_s=1e-9))
     assert all(r.valid and len(r.costs) == 1 and "hopeless" in r.message for r in cut)
-    full = runner.run(template, items[:2], MeasureOptions(check=False, hopeless_factor=10, best_s=math.inf))
+    full = runner.run(template, items[:2], MeasureOptions(hopeless_factor=10, best_s=math.inf))
     assert all(r.valid and len(r.costs) == 3 and not r.message for r in full)
     assert MeasureOptions(hopeless_factor=0, best_s=1.0).hopeless_after() == math.inf

@@ -71,7 +71,7 @@ class _WrongReference(CPUConv2dTemplate):
 
 def test_wrong_output_is_a_wrong_answer(tracker, server, items):
     runner = RPCRunner(*tracker.address, "measure")
-    (r,) = runner.run(_WrongReference(WL, load_profile("local")), items[:1], MeasureOptions())
+    (r,) = runner.run(_WrongReference(WL, load_profile("local")), items[:1], MeasureOptions(check=True))
     assert r.error == ErrorClass.WRONG_ANSWER and not r.costs and "differ from the reference" in r.message
 
 

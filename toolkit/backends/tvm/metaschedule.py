@@ -232,7 +232,7 @@ class MetaScheduleTuner(Driver):
             raise ConfigError(f"the metaschedule tuner tunes TVM CPU/CUDA boards; {task.board.name!r} is a "
                               f"{task.board.profile.family} board")
         t_start = time.perf_counter()
-        options = measure_options or MeasureOptions(check=False)
+        options = measure_options or MeasureOptions()
         desc = task.describe()
         summary = TuneSummary(workload=task.workload.label, board=task.board.name, tuner=self.name,
                               flops=task.flops, log=str(log) if log else None)
