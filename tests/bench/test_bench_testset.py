@@ -68,3 +68,28 @@ def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):
     text = (tmp_path / "benchmarks.md").read_text()
     assert testset.SECTION in text and "| random |" in text and "| xgb |" in text
     assert (tmp_path / "img" / "testset_test-pynq.png").stat().st_size > 0
+
+
+SAMPLE = [("test-pynq-a.json", "resnet50.L2", "xgb"), ("test-pynq-a.json", "resnet50.L2", "ml2tuner"),
+          ("test-pynq-a.json", "resnet50.L2", "ml2tuner:transfer=pretrained")]
+TRIALS = 40
+
+
+@pytest.mark.parametrize("file,workload,label", SAMPLE)
+def test_a_committed_test_set_run_replays_trial_for_trial(file, workload, label):
+    """A sample of the committed test-set runs (bench/out/testset) tuned live on the simulator with the run's seed,
+    tuner options and the bench's settings: the first trials' best-so-far history is the committed one."""
+    from toolkit.backends import make_task
+    from toolkit.tuning.session import tune
+    from toolkit.tuning.tuners.base import make_tuner
+
+    bench = json.loads((testset.OUT / file).read_text())
+    st = bench["settings"]
+    run = next(r for r in bench["runs"] if (r["workload"], r["tuner"], r["seed"]) == (workload, label, 0))
+    name, options = testset.variants([label], st["vta_config"]).get(label, (label, {}))
+    task = make_task(parse_workload(workload), testset.board_for(st["vta_config"]), **st["template_options"])
+    optimum = bench["workloads"][workload]["optimum"]
+    s = tune(task, make_tuner(name, seed=run["seed"], **options), TRIALS,
+             target_seconds=optimum if st.get("stop_at_optimum") else None)
+    got = [h if math.isfinite(h) else None for h in s.history]
+    assert got == run["history"][:len(got)] and len(got) == min(TRIALS, len(run["history"]))
