@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit.errors import ConfigError, ExportError, LogError
-from toolkit.export.manifest import ExportManifest
+from toolkit.manifest import ExportManifest
 from toolkit.tuning.core.result import ErrorClass
 from toolkit.tuning.journal import Journal, LogHeader, Record, read_log
 from toolkit.vta import program as vta_program

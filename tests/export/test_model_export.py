@@ -19,7 +19,7 @@ from toolkit.boards import load_profile
 from toolkit.cli.app import app
 from toolkit.testing.cli import one_line_error
 from toolkit.export import load_export
-from toolkit.export.manifest import MANIFEST
+from toolkit.manifest import MANIFEST
 from toolkit.tuning.journal import read_log
 from toolkit.workloads import Conv2dWorkload, parse_workload
 from toolkit.backends.tvm.cpu import CPUConv2dTemplate

@@ -20,7 +20,7 @@ from toolkit.boards import BoardEntry, Inventory, load_profile
 from toolkit.cli.app import app
 from toolkit.testing.cli import one_line_error, sim_agent
 from toolkit.export import load_export, sha256_file
-from toolkit.export.manifest import MANIFEST
+from toolkit.manifest import MANIFEST
 from toolkit.rpc.tracker import ensure_local_rpc
 from toolkit.tuning.core.space import Config
 from toolkit.vta.compiler import check_config

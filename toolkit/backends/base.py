@@ -23,10 +23,10 @@ from toolkit.tuning.core.space import Config
 from toolkit.errors import ConfigError, ExportError
 from toolkit.tuning.core.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
+from toolkit.manifest import ExportManifest, KernelEntry
 from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
-if TYPE_CHECKING:   # the export package imports the backends; these names are for annotations only
-    from toolkit.export.manifest import ExportManifest, KernelEntry
+if TYPE_CHECKING:
     from toolkit.tuning.core.runner import MeasureOptions
     from toolkit.rpc.check import Finding
     from toolkit.tuning.models.transfer import TransferModel

@@ -12,7 +12,7 @@ is :mod:`.manifest`.
 True
 """
 
-from toolkit.export.manifest import (KERNEL_KEYS, MANIFEST, MANIFEST_KEYS, ExportError, ExportManifest, KernelEntry,
+from toolkit.manifest import (KERNEL_KEYS, MANIFEST, MANIFEST_KEYS, ExportError, ExportManifest, KernelEntry,
                                      sha256_file)
 from toolkit.export.run import Export, RunResult, load_export
 from toolkit.export.write import export, readme

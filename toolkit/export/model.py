@@ -21,7 +21,7 @@ import numpy as np
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory
 from toolkit.errors import ExportError
-from toolkit.export.manifest import README, ExportManifest, sha256_file
+from toolkit.manifest import README, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
 from toolkit.export.write import log_board, _target_profile, tuned_profile_of, record_config, staged
 from toolkit.tuning.journal import Record, best_per_workload, read_log

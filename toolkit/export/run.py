@@ -15,7 +15,7 @@ import numpy as np
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, resolve_board
 from toolkit.errors import EdgetuneError
-from toolkit.export.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, ExportManifest, KernelEntry, inside,
+from toolkit.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, ExportManifest, KernelEntry, inside,
                                      sha256_file)
 from toolkit.tuning.core.runner import MeasureOptions, Runner
 from toolkit.tuning.core.template import Template

@@ -2,7 +2,7 @@
 
 CPU/GPU boards get one TVM shared library per workload (``kernels/<label>.so``), VTA boards a program
 file per workload with its raw images and parameters; every folder has ``manifest.json``
-(:class:`~toolkit.export.manifest.ExportManifest`), the tuning log (``tuning-log.jsonl``) and a README.
+(:class:`~toolkit.manifest.ExportManifest`), the tuning log (``tuning-log.jsonl``) and a README.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
 from toolkit.errors import BoardError, EdgetuneError, LogError
-from toolkit.export.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
+from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
                                      KernelEntry, sha256_file)
 from toolkit.export.run import read_manifest
 from toolkit.tuning.core.space import Config

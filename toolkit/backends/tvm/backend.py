@@ -21,7 +21,7 @@ from toolkit.tuning.core.template import Template
 from toolkit.workloads import Conv2dWorkload
 
 if TYPE_CHECKING:
-    from toolkit.export.manifest import ExportManifest, KernelEntry
+    from toolkit.manifest import ExportManifest, KernelEntry
     from toolkit.tuning.core.runner import MeasureOptions
 
 PRELOAD = ("tvm", "toolkit.backends.tvm.tir_features", "toolkit.backends.tvm.cpu")

@@ -27,7 +27,7 @@ from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
 if TYPE_CHECKING:
-    from toolkit.export.manifest import ExportManifest, KernelEntry
+    from toolkit.manifest import ExportManifest, KernelEntry
     from toolkit.tuning.models.transfer import TransferModel
 
 CHANNEL_BLOCK = 16

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from toolkit.boards import Board
+from toolkit.boards import Board, BoardProfile
 from toolkit.tuning.core.builder import Builder
 from toolkit.tuning.core.runner import Runner
 from toolkit.tuning.core.space import ConfigSpace
@@ -27,6 +27,10 @@ class Measurement(Protocol):
 
     def make_runner(self, board: Board, **options: Any) -> Runner:
         """The runner that measures on ``board``."""
+
+    def pretrained_transfer(self, profile: BoardProfile) -> Any:
+        """The transfer model edgetune ships for ``profile`` (``None`` where none is): what a tuner's
+        ``transfer="pretrained"`` stands for."""
 
 
 @dataclass
