@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolkit.errors import BoardError
 from toolkit.rpc.procs import identity, is_running
-from toolkit.rpc.state import read_state, remove_state, write_state
+from toolkit.rpc.state import read_state, remove_state, state_lock, write_state
 from toolkit.rpc.tracker import LOOPBACK, kill_group, start_tracker, tracker_summary
 
 DEFAULT_PORT = 9190
@@ -37,19 +37,26 @@ def running_tracker() -> dict | None:
 
 
 def start_service(host: str = LOOPBACK, port: int = DEFAULT_PORT, port_end: int | None = None) -> dict:
-    """Start a detached tracker (or return the running one); its state."""
-    state = running_tracker()
-    if state:
-        return {**state, "already_running": True}
-    tracker = start_tracker(host, port, port_end or (None if port == 0 else port + 10))
-    state = {**identity(tracker.pid), "host": host, "port": tracker.address[1], "log": tracker.log_path,
-             "started": time.time()}
-    write_state("tracker", state)
-    return state
+    """Start a detached tracker (or return the running one); its state. Starts race under a lock: one
+    starts the tracker, the others find it (no orphan that ``tracker stop`` would not know)."""
+    with state_lock("tracker"):
+        state = running_tracker()
+        if state:
+            return {**state, "already_running": True}
+        tracker = start_tracker(host, port, port_end or (None if port == 0 else port + 10))
+        state = {**identity(tracker.pid), "host": host, "port": tracker.address[1], "log": tracker.log_path,
+                 "started": time.time()}
+        write_state("tracker", state)
+        return state
 
 
 def stop_service(timeout: float = 5.0) -> bool:
     """Stop the tracker's process group; ``True`` if one was running."""
+    with state_lock("tracker"):
+        return _stop(timeout)
+
+
+def _stop(timeout: float) -> bool:
     state = running_tracker()
     if not state:
         return False

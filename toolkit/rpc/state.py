@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from toolkit.boards import atomic_write_text
 from toolkit.errors import EdgetuneError
@@ -41,3 +43,20 @@ def write_state(name: str, data: dict[str, Any]) -> Path:
 def remove_state(name: str) -> None:
     """Delete the state file ``name`` if present."""
     (state_dir() / f"{name}.json").unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def state_lock(name: str) -> Iterator[None]:
+    """An exclusive lock on ``<state dir>/<name>.lock`` while a state is read, acted on and written (two
+    ``tracker start``s at once: one starts the tracker, the other finds it)."""
+    path = state_dir() / f"{name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise EdgetuneError(f"cannot lock {path}: {exc.strerror or exc}; check XDG_STATE_HOME") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
