@@ -181,3 +181,23 @@ def test_a_log_owned_by_another_user_is_refused(tmp_path):
     with pytest.raises(LogError, match="belongs to another user"):
         Journal(planted, LogHeader({"workload": {}})).open()
     assert planted.read_text() == ""
+
+
+def test_a_full_disk_during_tune_is_one_line_naming_the_log_and_the_records_before_stay(tmp_path):
+    """A write that fails (here: the file-size limit, as a full disk fails it) ends the run with one line that
+    names the log; closing the log does not raise again and mask it; what was written reads back."""
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    r = subprocess.run([*EDGETUNE, "tune", "-w", "resnet18.C2", "-t", "random", "-n", "64", "--log", "l.jsonl"],
+                       cwd=tmp_path, preexec_fn=limit, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "cannot write tuning log l.jsonl" in lines[0] and "Traceback" not in r.stderr
+    with pytest.warns(Warning):   # the record cut by the limit is a truncated last line
+        records = read_log(tmp_path / "l.jsonl")[1]
+    assert 0 < len(records) < 64

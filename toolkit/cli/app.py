@@ -83,9 +83,12 @@ class _Group(TyperGroup):
             console.error(f"{exc.format_message()} (see `{command} --help`)", as_json=as_json)
             raise typer.Exit(2) from None
         except OSError as exc:
-            where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-            console.error(f"{exc.strerror or exc}:{where}; check the path, its folder and permissions",
-                          as_json=as_json)
+            if getattr(exc, "filename", None):
+                console.error(f"{exc.strerror or exc}: {exc.filename}; check the path, its folder and permissions",
+                              as_json=as_json)
+            else:
+                console.error(f"{exc.strerror or exc}; check free space and the permissions of what this command "
+                              "writes", as_json=as_json)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             keeps = ("every record written so far is kept (resume with --resume)"

@@ -376,6 +376,7 @@ class Journal:
         self.path = Path(path)
         self.header = header
         self._fh = None
+        self._failed = False
 
     def open(self) -> list[Record]:
         """Open for appending under an exclusive lock; returns the records already in the file."""
@@ -454,6 +455,7 @@ class Journal:
             self._fh.flush()
             os.fsync(self._fh.fileno())
         except OSError as exc:
+            self._failed = True
             raise LogError(f"cannot write tuning log {self.path}: {exc.strerror or exc}; every record before "
                            "this one is in the log") from None
 
@@ -462,10 +464,17 @@ class Journal:
         self._write(record.to_json())
 
     def close(self) -> None:
-        """Close the file, which releases the lock."""
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Close the file, which releases the lock. A write that failed was reported already (its buffered
+        text is dropped, not written again); any other failure names the log."""
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            fh.close()
+        except OSError as exc:
+            if not self._failed:
+                raise LogError(f"cannot close tuning log {self.path}: {exc.strerror or exc}; every record "
+                               "appended before is in the log") from None
 
     def __enter__(self) -> Journal:
         self.open()
