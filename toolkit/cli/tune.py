@@ -116,6 +116,9 @@ def tune(
     task = make_task(wl, brd, **options)
     log_path = log or default_log_path(task)
     trials, held = budget(log_path if resume else None, trials, more)
+    if not brd.profile.is_simulator:
+        console.waiting(f"reaching board {brd.name} through its RPC tracker (a built-in board starts its own: "
+                        "seconds)")
     runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
     runner.on_wait = console.warn
     with console.progress() as bar:

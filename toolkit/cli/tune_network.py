@@ -88,6 +88,9 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
     sched = make_scheduler(scheduler, seed=seed, trials_per_round=round_trials)
     log_path = log or Path("edgetune-logs") / board.name / f"{net.name}.jsonl"
     backend = backend_for(board.profile)
+    if not board.profile.is_simulator:
+        console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its own: "
+                        "seconds)")
     builder, runner = backend.default_builder(board), backend.make_runner(board, tracker=tracker, wait_s=wait_s)
     runner.on_wait = console.warn
     with console.progress() as bar:
