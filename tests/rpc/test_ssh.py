@@ -150,3 +150,39 @@ def test_no_route_to_host_is_not_called_connection_refused():
     proc = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up && ip route add unreachable 10.0.0.0/8 "
                            f"&& exec {sys.executable} -c \"$0\"", script], capture_output=True, text=True, timeout=120)
     assert "no route to host" in proc.stdout and "refused" not in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_host_that_accepts_and_closes_is_one_line_from_the_console_script(tmp_path):
+    """paramiko's transport thread logs the failed banner read with two tracebacks; the command prints only the
+    one-line error (checked through a real process: the log goes to the terminal there)."""
+    import os
+    import subprocess
+    import sys
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    key = tmp_path / "key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    env = {**os.environ, "EDGETUNE_INVENTORY": str(tmp_path / "inv.toml"),
+           "EDGETUNE_KNOWN_HOSTS": str(tmp_path / "known_hosts")}
+    cli = [sys.executable, "-m", "toolkit", "board"]
+    try:
+        subprocess.run([*cli, "add", "closer", "--type", "rpi4", "--host", "127.0.0.1", "--port",
+                        str(listener.getsockname()[1]), "--user", "pi", "--key", str(key)], env=env, check=True,
+                       capture_output=True)
+        r = subprocess.run([*cli, "check", "closer"], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        listener.close()
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "does not speak SSH" in lines[0], r.stderr

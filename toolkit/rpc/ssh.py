@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
     from toolkit.boards import BoardEntry
 
 DEFAULT_TIMEOUT_S = 10.0
+
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+"""paramiko's transport thread logs what it then raises (a host that closes before its banner: two tracebacks);
+edgetune reports the raised error in one line, so the log has a handler that keeps it off the terminal."""
 
 
 def known_hosts_path() -> Path:
