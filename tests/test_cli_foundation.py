@@ -124,3 +124,11 @@ def test_every_help_page_shows_value_names_and_its_brackets(monkeypatch):
             assert label not in r.output, (path, label)
     compile_help = runner.invoke(app, ["vta", "compile", "--help"]).output
     assert "its [vta] preset gives" in " ".join(compile_help.split()).replace("│ ", "")
+
+
+def test_tables_off_a_terminal_keep_every_cell_whole_on_one_line(capsys):
+    from toolkit import console
+
+    spec = "conv2d:N=1,H=56,W=56,CI=64,CO=64,K=1,S=1,P=0," + "x" * 80 + "_END"
+    console.table("tasks", ["task", "spec"], [("resnet50.L2", spec)])
+    assert any(spec in line for line in capsys.readouterr().out.splitlines())

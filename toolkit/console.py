@@ -19,6 +19,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.measure import Measurement
 from rich.table import Table
 
 out = Console(highlight=False, soft_wrap=True)
@@ -65,13 +66,18 @@ def print_json(obj: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Print a table to stdout."""
+    """Print a table to stdout: no cell is cut. On a terminal a long cell folds inside its column; off a terminal
+    (a pipe, a file) the table is as wide as its longest row, so specs and paths stay whole on one line."""
     t = Table(title=title, show_lines=False)
     for c in columns:
-        t.add_column(c)
+        t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*("" if v is None else str(v) for v in r))
-    out.print(t)
+    if out.is_terminal:
+        out.print(t)
+    else:
+        wide = Measurement.get(out, out.options.update(max_width=1 << 14), t).maximum
+        Console(file=out.file, width=max(out.width, wide), highlight=False, soft_wrap=True).print(t)
 
 
 class PlainProgress:
