@@ -42,6 +42,11 @@ class BoardLostError(EdgetuneError):
     """The board went away mid-measurement. The tuning loop re-measures the batch (never records it)."""
 
 
+class BoardGoneError(BoardError):
+    """The board went away and did not come back within the run's wait (``--wait-board``): the run stops (every
+    finished trial is in the log) instead of waiting again."""
+
+
 def last_line(exc: BaseException) -> str:
     """The line of a (TVM) error message that says what went wrong, at most 300 characters."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from toolkit.boards import load_profile, resolve_board
-from toolkit.errors import BoardError
+from toolkit.errors import BoardError, BoardGoneError
 from toolkit.rpc.tracker import ensure_local_rpc, group_alive, start_server, start_tracker, tracker_summary
 from toolkit.backends.tvm.cpu import CPUConv2dTemplate
 from toolkit.tuning.core.result import ErrorClass
@@ -155,8 +155,12 @@ def test_a_board_that_never_comes_back_is_board_lost(tracker, template, items):
     (first,) = runner.run(template, items[:1], MeasureOptions())   # seen once ...
     assert first.valid
     server.stop()                                                  # ... then gone for good
-    (r,) = runner.run(template, items[:1], MeasureOptions())
-    assert r.error == ErrorClass.BOARD_LOST and not r.costs and "did not come back" in r.message
+    waits = []
+    wait = runner.wait_for_board
+    runner.wait_for_board = lambda timeout: (waits.append(timeout), wait(timeout))[1]
+    with pytest.raises(BoardGoneError, match="did not come back within 2 s"):
+        runner.run(template, items[:3], MeasureOptions())
+    assert waits == [2]                                            # one wait for the batch, not one per item
 
 
 def test_a_board_never_registered_fails_fast_naming_the_fix(tracker, template, items):
@@ -226,3 +230,25 @@ def test_local_rpc_processes_die_with_a_killed_owner():
         time.sleep(0.1)
     # every process of both groups, the workers the tracker and server forked included
     assert not any(group_alive(p) for p in pids), [q.cmdline() for p in pids for q in group_alive(p)]
+
+
+def test_the_local_boards_loopback_tracker_and_server_start_again_when_they_die(template, items):
+    """``local``'s tracker and server are edgetune's own: when they die (a crash kills the process group) the
+    runner starts them again instead of waiting for a board nobody will bring back."""
+    from toolkit.boards import resolve_board
+    from toolkit.rpc import tracker as trk
+
+    board = resolve_board("local")
+    runner = RPCRunner(board)
+    said = []
+    runner.waiting = said.append
+    try:
+        (first,) = runner.run(template, items[:1], MeasureOptions())
+        _, server, _ = trk._LOCAL[board.rpc_key]
+        os.killpg(server.pid, signal.SIGKILL)                      # the server and its workers die at once
+        server.proc.wait(10)
+        (again,) = runner.run(template, items[:1], MeasureOptions())
+    finally:
+        runner.close()
+    assert first.valid and again.valid
+    assert any("started them again" in s for s in said)

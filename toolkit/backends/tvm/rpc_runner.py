@@ -32,7 +32,7 @@ from toolkit.boards import Board
 from toolkit.errors import BoardError, EdgetuneError, last_line
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
-from toolkit.tuning.core.runner import MeasureOptions, Runner
+from toolkit.tuning.core.runner import BoardGoneError, MeasureOptions, Runner
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, Template
 
@@ -78,11 +78,14 @@ class RPCRunner(Runner):
                  tracker: tuple[str, int] | str | None = None, session_timeout: float | None = None,
                  wait_s: float = 120.0, priority: int = 1, max_crashes: int = 2, seed: int = 0) -> None:
         self._release: Callable[[], None] | None = None
+        self._restart: Callable[[], tuple[tuple[str, int], Callable[[], None] | None]] | None = None
         self.board_name = key or ""
         if isinstance(tracker_host, Board):   # make_runner(board): the board's tracker, or a local one
             board = tracker_host
             (tracker_host, tracker_port), self._release = board_tracker(board, tracker)
             key, self.board_name = board.rpc_key, board.name
+            if self._release is not None:     # edgetune started them: it starts them again if they die
+                self._restart = lambda: board_tracker(board, tracker)
         self._seen = False
         if tracker_port is None:
             raise BoardError("RPCRunner needs a tracker port (or a board)")
@@ -193,11 +196,12 @@ class RPCRunner(Runner):
         crashes = 0
         lost = "it was not registered"
         while True:
-            if self._live is None and not self.board_present():
+            if self._live is None and not self.board_present() and not self._restart_local():
                 self._say_wait(lost)
-            if self._live is None and not self.wait_for_board(self.wait_s):
-                return result(error=ErrorClass.BOARD_LOST,
-                              message=f"{self.where} did not come back within {self.wait_s:.0f} s ({lost})")
+                if not self.wait_for_board(self.wait_s):
+                    raise BoardGoneError(f"{self.board_name or self.where} did not come back within "
+                                         f"{self.wait_s:.0f} s ({lost}); every finished trial is in the log: "
+                                         f"{self._restore_hint()}, then rerun with --resume")
             try:
                 costs, wrong, note = self._attempt(template, artifact, options, inputs, ref)
             except TimeoutError as exc:
@@ -228,7 +232,21 @@ class RPCRunner(Runner):
             self._waited = True
             name = self.board_name or self.where
             self.waiting(f"{name} is not registered ({why}): waiting up to {self.wait_s:.0f} s for it to come "
-                         f"back (`edgetune board provision {self.board_name or 'NAME'}` restores it)")
+                         f"back ({self._restore_hint()} restores it)")
+
+    def _restore_hint(self) -> str:
+        return f"`edgetune board provision {self.board_name or 'NAME'}`"
+
+    def _restart_local(self) -> bool:
+        """For a board whose loopback tracker and server this runner started (``local``): start them again when
+        they died; ``True`` once the board is back."""
+        if self._restart is None:
+            return False
+        if self._release is not None:
+            self._release()
+        (self.host, self.port), self._release = self._restart()
+        self.waiting(f"{self.board_name}'s loopback RPC tracker or server had stopped: started them again")
+        return self.board_present()
 
     def _attempt(self, template: Template, artifact: Artifact, options: MeasureOptions,
                  inputs: list[np.ndarray], ref: np.ndarray | None) -> tuple[list[float], str, str]:

@@ -23,7 +23,7 @@ from toolkit.errors import BoardError, ExportError
 from toolkit.rpc.service import board_tracker_address
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
-from toolkit.tuning.core.runner import BoardLostError, MeasureOptions, Runner
+from toolkit.tuning.core.runner import BoardGoneError, BoardLostError, MeasureOptions, Runner
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, Template
 
@@ -78,10 +78,10 @@ class VTARPCRunner(Runner):
                 except Exception:  # noqa: BLE001 - the board vanished between summary and request
                     pass
             if time.monotonic() > deadline:
-                raise BoardLostError(
+                raise BoardGoneError(
                     f"no board with RPC key {self.key!r} registered with the tracker "
-                    f"{self.tracker[0]}:{self.tracker[1]} within {self.wait_s:.0f}s; check `edgetune board "
-                    f"status` and re-provision the board")
+                    f"{self.tracker[0]}:{self.tracker[1]} within {self.wait_s:.0f}s; every finished trial is in the "
+                    f"log: check `edgetune board status`, re-provision the board and rerun with --resume")
             time.sleep(0.5)
 
     # -- measuring --------------------------------------------------------------------------------

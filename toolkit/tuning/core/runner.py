@@ -1,6 +1,8 @@
 """The runner interface: measure built artifacts on a board (or the simulator).
 
-:class:`~toolkit.errors.BoardLostError` (re-exported here) is what a runner raises when the board went away.
+:class:`~toolkit.errors.BoardLostError` (re-exported here) is what a runner raises when the board went away and
+the batch should be measured again; :class:`~toolkit.errors.BoardGoneError` when it waited the run's whole
+``wait_s`` for the board and it did not come back: the run stops, it is not retried.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from toolkit.errors import BoardLostError
+from toolkit.errors import BoardGoneError, BoardLostError
 from toolkit.tuning.core.result import MeasureResult
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, Template
@@ -68,4 +70,4 @@ class Runner(abc.ABC):
     def close(self) -> None:
         """Release connections; the default has none."""
 
-__all__ = ["BoardLostError", "MeasureOptions", "Runner"]
+__all__ = ["BoardGoneError", "BoardLostError", "MeasureOptions", "Runner"]
