@@ -19,7 +19,7 @@ from typing import Any
 
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
-from toolkit.errors import BoardError, EdgetuneError, LogError
+from toolkit.errors import BoardError, EdgetuneError, LogError, WorkloadError
 from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
                                      KernelEntry, sha256_file)
 from toolkit.export.run import read_manifest
@@ -94,11 +94,18 @@ def _select(records: list[Record], workloads: Sequence[str | Conv2dWorkload] | N
                           "(tune --more) and export again", MissingKernelWarning, stacklevel=3)
         return list(best.values())
     picked = []
+    labels = {Conv2dWorkload.from_dict(r.workload).label: r for r in best.values()}
+    known = ", ".join(labels)
     for spec in workloads:
-        wl = spec if isinstance(spec, Conv2dWorkload) else parse_workload(spec)
+        if isinstance(spec, str) and spec in labels:    # a label the log prints (a model layer: make_net.L2)
+            picked.append(labels[spec])
+            continue
+        try:
+            wl = spec if isinstance(spec, Conv2dWorkload) else parse_workload(spec)
+        except WorkloadError:
+            raise ExportError(f"tuning log {log} has no workload {spec!r}; it has: {known}") from None
         hit = next((r for r in best.values() if Conv2dWorkload.from_dict(r.workload) == wl), None)
         if hit is None:
-            known = ", ".join(Conv2dWorkload.from_dict(r.workload).label for r in best.values())
             raise ExportError(f"tuning log {log} has no valid record of workload {wl.label}; it has: {known}")
         picked.append(hit)
     return picked

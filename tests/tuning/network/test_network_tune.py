@@ -164,3 +164,23 @@ def test_tune_model_is_the_whole_network_command_and_tune_model_flag_the_same_ru
     assert [(x.workload, x.index) for x in read_log(a)[1]] == [(x.workload, x.index) for x in read_log(b)[1]]
     r = cli.invoke(app, ["tune-model", f"{tiny}:make", "--more", "2"])
     assert r.exit_code == 2 and "--more" in r.output
+
+
+def test_export_takes_the_labels_a_network_log_prints(tiny, tmp_path):
+    """``export -w LABEL`` with a model layer's label (``make.L2``: no catalog name) picks that kernel."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli.app import app
+
+    cli = CliRunner()
+    log = tmp_path / "net.jsonl"
+    r = cli.invoke(app, ["tune-model", f"{tiny}:make", "--input-shape", "1,3,32,32", "-t", "random", "-n", "16",
+                         "--log", str(log)])
+    assert r.exit_code == 0, r.output
+    labels = sorted({Conv2dWorkload.from_dict(rec.workload).label for rec in read_log(log)[1] if rec.valid})
+    assert labels and all("." in lb for lb in labels)
+    r = cli.invoke(app, ["export", "--log", str(log), "-w", labels[0], "--out", str(tmp_path / "x"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert [k["label"] for k in json.loads(r.stdout)["kernels"]] == [labels[0]]
+    r = cli.invoke(app, ["export", "--log", str(log), "-w", "nosuch.L9", "--out", str(tmp_path / "y")])
+    assert r.exit_code == 2 and "has no workload 'nosuch.L9'" in r.output and labels[0] in r.output
