@@ -169,3 +169,26 @@ def test_an_export_names_the_bitstream_of_the_config_it_was_tuned_for(tmp_path):
     manifest = export(log, tmp_path / "x")
     assert manifest.bitstream == get_preset("zcu102").bitstream != get_preset("pynq").bitstream
     assert f"edgetune run {tmp_path / 'x'} --board" in (tmp_path / "x" / "README.md").read_text()
+
+
+def test_a_full_disk_during_export_names_the_export_and_leaves_nothing(tmp_path):
+    """A write that fails for space (the file-size limit stands in for a full disk) names the export folder, leaves
+    no stage behind and no half export."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    log = tmp_path / "l.jsonl"
+    tune(make_task(parse_workload("resnet18.C2"), resolve_board("vta-fsim")), make_tuner("random", seed=0), 8,
+         log=log)
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    r = subprocess.run([sys.executable, "-m", "toolkit", "export", "--log", str(log), "--out", "exp"], cwd=tmp_path,
+                       preexec_fn=limit, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "cannot write export exp" in lines[0], r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.jsonl"]

@@ -7,6 +7,7 @@ file per workload with its raw images and parameters; every folder has ``manifes
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -209,6 +210,12 @@ def staged(out_dir: Path, force: bool, fill: Callable[[Path], ExportManifest]) -
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.replace(stage, out_dir)
+    except OSError as exc:   # a full disk while writing: name the export, not a file in the stage
+        shutil.rmtree(stage, ignore_errors=True)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+            raise
+        raise ExportError(f"cannot write export {out_dir}: {exc.strerror}; nothing was changed there (free space "
+                          "and export again)") from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
