@@ -239,7 +239,8 @@ def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5,
                     network: Sequence[Record] | None = None):
     """Figure: convergence (one curve per log and task, trials counted from 1), valid/invalid over time, a
     table of the best configs' knob values, and for a whole-network log (``network``: its records in log
-    order) the network total against the log's trials."""
+    order) the network total against the log's trials. Latency is on a linear axis from zero unless it spans
+    over 10x (then a log axis, said on the label); the title says whether it was simulated or measured."""
     plt = _pyplot()
     rows, cols = [], ["log", "rank", "ms", "trial"]
     for name, recs in logs:
@@ -250,6 +251,7 @@ def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5,
     fig = plt.figure(figsize=(5.2 * panels, 4.6 + 0.22 * max(1, len(rows)) + 0.14 * len(logs)))
     gs = fig.add_gridspec(2, panels, height_ratios=(3, 0.4 + 0.22 * max(1, len(rows))))
     conv, valid, tab = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, :])
+    lows, highs = [], []
     for i, (name, recs) in enumerate(logs):
         best, hist = math.inf, []
         for r in recs:
@@ -257,13 +259,21 @@ def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5,
             hist.append(best * 1e3 if math.isfinite(best) else np.nan)
         x = np.asarray([r.trial + 1 for r in recs])
         conv.plot(x, hist, color=f"C{i % 10}", label=name, lw=1.2, marker="." if len(recs) < 20 else None)
-        ok = np.cumsum([r.valid for r in recs])
-        valid.plot(x, ok, color=f"C{i % 10}", lw=1.2)
-        valid.plot(x, np.arange(1, len(recs) + 1) - ok, color=f"C{i % 10}", ls=":", lw=1.2)
-    conv.set(title="best latency so far", xlabel="trial of the task (from 1)", ylabel="best latency (ms)",
-             yscale="log")
-    valid.set(title="valid (solid) / invalid (dotted), cumulative", xlabel="trial of the task (from 1)",
-              ylabel="trials")
+        valid.plot(x, 100.0 * np.cumsum([not r.valid for r in recs]) / np.arange(1, len(recs) + 1),
+                   color=f"C{i % 10}", lw=1.2)
+        if not np.isnan(hist).all():
+            lows.append(np.nanmin(hist))
+            highs.append(np.nanmax(hist))
+    simulated = all(any("sim.cycles" in r.features for r in recs) for _, recs in logs)
+    wide = bool(lows) and max(highs) > 10 * min(lows)   # a log axis only where latencies span over 10x
+    conv.set(title="best latency so far" + (" (simulated: VTA timing model)" if simulated else " (measured)"),
+             xlabel="trial of the task (from 1)", ylabel="best latency (ms)" + (", log scale" if wide else ""))
+    if wide:
+        conv.set_yscale("log")
+    else:
+        conv.set_ylim(bottom=0)      # from zero: a 3 % gain looks like 3 %, not a cliff
+    valid.set(title="invalid trials so far (% of the task's trials)", xlabel="trial of the task (from 1)",
+              ylabel="invalid (%)", ylim=(0, 100))
     if network is not None:
         net = fig.add_subplot(gs[0, 2])
         x, total = network_total(network)
@@ -272,9 +282,12 @@ def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5,
                      transform=net.transAxes)
         else:
             net.plot(x, total, color="black", lw=1.6)
-            net.set_yscale("log")
-        net.set(title="network total: sum of the tasks' best (each once)", xlabel="trial of the log (from 1)",
-                ylabel="latency (ms)")
+            if np.nanmax(total) > 10 * np.nanmin(total):
+                net.set_yscale("log")
+            else:
+                net.set_ylim(bottom=0)
+        net.set(title="network total: the tasks' best, each once\n(tune-model's total weights each task by its "
+                      "uses)", xlabel="trial of the log (from 1)", ylabel="latency (ms)")
     fig.legend(*conv.get_legend_handles_labels(), fontsize=7, loc="lower left", ncol=min(3, len(logs)),
                frameon=False, bbox_to_anchor=(0.01, 0.0))
     tab.axis("off")

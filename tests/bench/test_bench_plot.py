@@ -41,3 +41,23 @@ def test_markdown_names_machine_command_date_and_every_tuner():
     assert md.startswith("### pynq")
     for text in ("test box", "`edgetune bench ...`", "today", "| random |", "| xgb |", "| ml2tuner |", "| c | 10 | - |"):
         assert text in md
+
+
+def test_the_log_report_does_not_turn_a_small_gain_into_a_cliff_and_says_it_is_simulated(tmp_path):
+    """A layer log whose best improves by a few percent: a linear axis from zero (no log axis), the title says the
+    latency comes from the simulator's timing model, the invalid panel is a share in 0..100 %."""
+    from toolkit.backends import make_task
+    from toolkit.boards import resolve_board
+    from toolkit.report import log_report
+    from toolkit.tuning.session import tune
+    from toolkit.tuning.tuners.base import make_tuner
+    from toolkit.workloads import parse_workload
+
+    log = tmp_path / "c2.jsonl"
+    tune(make_task(parse_workload("resnet18.C2"), resolve_board("vta-fsim")), make_tuner("random", seed=0), 24,
+         log=log)
+    fig = log_report([log], tmp_path / "r.png")
+    conv, invalid = fig.axes[0], fig.axes[1]
+    assert conv.get_yscale() == "linear" and conv.get_ylim()[0] == 0
+    assert "simulated" in conv.get_title()
+    assert invalid.get_ylim() == (0, 100) and len(invalid.lines) == 1
