@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import base64
+import heapq
 import html
 import io
 import math
@@ -21,7 +22,7 @@ import numpy as np
 
 from toolkit.errors import ConfigError, LogError
 from toolkit.harness import BenchResult, shared_starts
-from toolkit.tuning.journal import Record, read_log
+from toolkit.tuning.journal import Record, read_log, stream_log
 from toolkit.workloads import Conv2dWorkload
 
 
@@ -204,24 +205,47 @@ def best_rows(paths: Sequence[str | Path], top: int = 5) -> list[dict[str, Any]]
     ``rank`` ``None``."""
     rows: list[dict[str, Any]] = []
     for path in paths:
-        _, records = read_log(path)
-        if not records:
-            raise LogError(f"tuning log {path} has no records (only its header); tune first")
-        by_workload: dict[str, list[Record]] = {}
+        _, records = stream_log(path)
+        tally: dict[str, _Top] = {}          # one pass, bounded memory: counts and the top records per workload
         for r in records:
-            by_workload.setdefault(r.workload_key, []).append(r)
-        for recs in by_workload.values():
-            wl = Conv2dWorkload.from_dict(recs[0].workload)
-            common = {"log": str(path), "workload": wl.label, "trials": len(recs), "valid": sum(r.valid for r in recs)}
-            best = best_configs(recs, top)
+            tally.setdefault(r.workload_key, _Top(r, top)).add(r)
+        if not tally:
+            raise LogError(f"tuning log {path} has no records (only its header); tune first")
+        for t in tally.values():
+            wl = Conv2dWorkload.from_dict(t.first.workload)
+            common = {"log": str(path), "workload": wl.label, "trials": t.trials, "valid": t.valid}
+            best = t.best()
             if not best:
                 rows.append({**common, "rank": None, "trial": None, "seconds": None, "gops": None, "index": None,
-                             "config": None, "tuner": recs[0].tuner})
+                             "config": None, "tuner": t.first.tuner})
             for rank, r in enumerate(best, 1):
                 rows.append({**common, "rank": rank, "trial": r.trial + 1, "seconds": r.seconds,
                              "gops": wl.flops / r.seconds / 1e9, "index": r.index, "config": r.config,
                              "tuner": r.tuner})
     return rows
+
+
+class _Top:
+    """The ``k`` fastest valid records of a workload seen so far (ties: the earlier first) and its counts."""
+
+    def __init__(self, first: Record, k: int) -> None:
+        self.first, self.k = first, k
+        self.trials = self.valid = 0
+        self._heap: list[tuple[float, int, Record]] = []   # (-seconds, -order, record): the worst kept on top
+
+    def add(self, r: Record) -> None:
+        self.trials += 1
+        if not r.valid:
+            return
+        self.valid += 1
+        item = (-r.seconds, -self.trials, r)
+        if len(self._heap) < self.k:
+            heapq.heappush(self._heap, item)
+        elif item > self._heap[0]:
+            heapq.heapreplace(self._heap, item)
+
+    def best(self) -> list[Record]:
+        return [r for _, _, r in sorted(self._heap, key=lambda x: (-x[0], -x[1]))]
 
 
 def best_configs(records: Sequence[Record], k: int = 5) -> list[Record]:

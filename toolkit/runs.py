@@ -18,7 +18,7 @@ from toolkit.backends import backend_for
 from toolkit.boards import Board
 from toolkit.errors import ConfigError
 from toolkit.export.write import log_board, tuned_profile_of
-from toolkit.tuning.journal import HEADER_KEY, DuplicateRecordWarning, TruncatedLogWarning, read_log
+from toolkit.tuning.journal import HEADER_KEY, DuplicateRecordWarning, TruncatedLogWarning, read_log, stream_log
 from toolkit.tuning.models.transfer import log_files, transfer_model_from
 from toolkit.tuning.tuners.base import PRETRAINED, resolve_transfer, tuner_class
 
@@ -87,4 +87,4 @@ def trials_in(path: Path) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncatedLogWarning)
         warnings.simplefilter("ignore", DuplicateRecordWarning)
-        return len(read_log(path)[1])
+        return sum(1 for _ in stream_log(path)[1])   # counted as read: the log is not held in memory

@@ -166,3 +166,32 @@ def test_a_record_line_copied_twice_is_one_measurement(tmp_path):
     with pytest.warns(DuplicateRecordWarning, match=":5: repeats an earlier record"):
         _, recs = read_log(path)
     assert len(recs) == 3
+
+
+def test_best_rows_read_in_one_bounded_pass_rank_as_a_full_sort_does(tmp_path):
+    """``edgetune best`` streams the log and keeps only the top records per workload: the same ranks, ties to the
+    earlier trial, as sorting every record would give."""
+    import random
+
+    from toolkit.report import best_configs, best_rows
+
+    rng = random.Random(0)
+    header = LogHeader(task={"workload": {}, "board": "vta-fsim"})
+    log = tmp_path / "l.jsonl"
+    records = []
+    with Journal(log, header) as j:
+        for trial in range(300):
+            wl = {"n": 1, "h": 8 + trial % 3, "w": 8, "ci": 16, "co": 16, "kh": 3, "kw": 3, "sh": 1, "sw": 1, "ph": 1,
+                  "pw": 1, "name": f"w{trial % 3}"}
+            valid = rng.random() > 0.3
+            r = Record(workload=wl, board="vta-fsim", tuner="random", trial=trial, index=trial, config={"t": trial},
+                       costs=[rng.choice([1e-3, 2e-3, 3e-3, 1e-3 * rng.random() + 1e-4])] if valid else [],
+                       error=None if valid else "invalid_config")
+            j.append(r)
+            records.append(r)
+    rows = best_rows([log], top=4)
+    for name in ("w0", "w1", "w2"):
+        mine = [r for r in records if r.workload["name"] == name]
+        expect = [r.trial + 1 for r in best_configs(mine, 4)]
+        assert [row["trial"] for row in rows if row["workload"] == name] == expect
+        assert {row["trials"] for row in rows if row["workload"] == name} == {100}

@@ -24,7 +24,7 @@ from toolkit.errors import ExportError
 from toolkit.manifest import README, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
 from toolkit.export.write import log_board, _target_profile, tuned_profile_of, record_config, staged
-from toolkit.tuning.journal import Record, best_per_workload, read_log
+from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_model
 
@@ -113,7 +113,7 @@ def _best_records(logs: Sequence[str | Path], profile: BoardProfile
     best: dict[str, tuple[Record, Path]] = {}
     files = []
     for log in map(Path, logs):
-        header, records = read_log(log)
+        header, records = stream_log(log)
         tuned_board, tuned_type, _ = log_board(header.task)
         tuned = tuned_profile_of(tuned_type, header.task, log)
         if backend_for(tuned) is not backend:

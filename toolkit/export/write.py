@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
@@ -26,7 +26,7 @@ from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportErro
 from toolkit.export.run import read_manifest
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Template
-from toolkit.tuning.journal import Record, best_per_workload, read_log
+from toolkit.tuning.journal import Record, stream_log
 from toolkit.workloads import Conv2dWorkload, parse_workload
 
 
@@ -74,21 +74,30 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
 
 
-def _select(records: list[Record], workloads: Sequence[str | Conv2dWorkload] | None, log: Path) -> list[Record]:
-    """Best valid record per workload (in first-seen order), optionally only ``workloads``."""
-    if not records:
-        raise ExportError(f"tuning log {log} has no records (only its header); tune first, then export")
-    best = best_per_workload(records)
-    if not best:
-        errors: dict[str, int] = {}
-        for r in records:
+def _select(records: Iterable[Record], workloads: Sequence[str | Conv2dWorkload] | None, log: Path) -> list[Record]:
+    """Best valid record per workload (in first-seen order), optionally only ``workloads``; one pass over
+    ``records`` (a stream: the log is never held whole)."""
+    best: dict[str, Record] = {}
+    seen: dict[str, str] = {}         # workload key -> label, first-seen order
+    errors: dict[str, int] = {}
+    n = 0
+    for r in records:
+        n += 1
+        if r.workload_key not in seen:
+            seen[r.workload_key] = Conv2dWorkload.from_dict(r.workload).label
+        if not r.valid:
             errors[r.error or "no_cost"] = errors.get(r.error or "no_cost", 0) + 1
-        why = ", ".join(f"{n} {e}" for e, n in sorted(errors.items()))
-        raise ExportError(f"tuning log {log} has no valid record ({len(records)} trials, all failed: {why}); "
+        elif r.workload_key not in best or r.seconds < best[r.workload_key].seconds:
+            best[r.workload_key] = r
+    if not n:
+        raise ExportError(f"tuning log {log} has no records (only its header); tune first, then export")
+    if not best:
+        why = ", ".join(f"{k} {e}" for e, k in sorted(errors.items()))
+        raise ExportError(f"tuning log {log} has no valid record ({n} trials, all failed: {why}); "
                           "nothing to export: tune longer or fix the board")
+    best = {k: best[k] for k in seen if k in best}
     if not workloads:
-        missing = list(dict.fromkeys(Conv2dWorkload.from_dict(r.workload).label for r in records
-                                     if r.workload_key not in best))
+        missing = [label for key, label in seen.items() if key not in best]
         if missing:
             warnings.warn(f"{len(missing)} workload(s) of {log.name} have no valid record and are not in the export: "
                           f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; tune them longer "
@@ -143,7 +152,7 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     replaces an earlier export there). ``progress(label)`` is called before each build.
     """
     log = Path(log)
-    header, records = read_log(log)
+    header, records = stream_log(log)
     tuned_board, tuned_type, tuned_target = log_board(header.task)
     tuned_profile = tuned_profile_of(tuned_type, header.task, log)
     name, profile = (tuned_type, tuned_profile) if board is None else _target_profile(board, inventory)

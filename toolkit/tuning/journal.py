@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -35,7 +36,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from toolkit.version import __version__
 from toolkit.errors import LogError
@@ -223,53 +224,69 @@ MAX_FEATURE = 1e18
 
 def read_log(path: str | Path) -> tuple[LogHeader, list[Record]]:
     """The header and records of one log (see the module docstring for error handling)."""
+    header, records = stream_log(path)
+    return header, list(records)
+
+
+def stream_log(path: str | Path) -> tuple[LogHeader, Iterator[Record]]:
+    """The header of one log, and its records one at a time as they are read (bounded memory for logs of
+    hundreds of thousands of records: ``best``, ``export``). Errors and warnings as :func:`read_log`'s; a record
+    line is read when the iterator reaches it."""
     path = Path(path)
     try:
         check_log_path(path, must_exist=True)
-        data = path.read_bytes()
+        f = path.open("rb")
     except OSError as exc:
         raise LogError(f"cannot read tuning log {path}: {exc.strerror or exc}") from None
-    lines = data.split(b"\n")
-    complete = data.endswith(b"\n")
-    if complete:
-        lines = lines[:-1]
-    if not lines or not lines[0].strip():
-        raise LogError(f"{path}:1: empty tuning log (no header); delete it and tune again")
-    header: LogHeader | None = None
-    records: list[Record] = []
+    try:
+        first = f.readline()
+        if not first.strip():
+            raise LogError(f"{path}:1: empty tuning log (no header); delete it and tune again")
+        obj = _line_json(first, f"{path}:1", header=True, truncated=False)
+        header = LogHeader.from_json(obj, f"{path}:1")
+    except BaseException:
+        f.close()
+        raise
+    return header, _records(f, path)
+
+
+def _line_json(raw: bytes, where: str, *, header: bool, truncated: bool) -> Any:
+    """One line's JSON; :class:`LogError` saying where the log is corrupt (``None`` for a truncated last line)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise LogError(f"{where}: JSON nested too deeply for a tuning log; the log is corrupt there (fix or "
+                       "delete that line)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):   # ValueError: an int of > 4300 digits
+        if header:
+            raise LogError(f"{where}: not an edgetune tuning log (its first line is no JSON header); choose "
+                           "another --log") from None
+        if truncated:
+            warnings.warn(f"{where}: last line is truncated (interrupted write); skipped it",
+                          TruncatedLogWarning, stacklevel=4)
+            return None
+        raise LogError(f"{where}: not valid JSON; the log is corrupt there (fix or delete that line)") from None
+
+
+def _records(f: Any, path: Path) -> Iterator[Record]:
+    """The records of an open log after its header; a line repeated verbatim is one record (warned)."""
     seen: set[bytes] = set()
-    for no, raw in enumerate(lines, start=1):
-        where = f"{path}:{no}"
-        last = no == len(lines)
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except RecursionError:
-            raise LogError(f"{where}: JSON nested too deeply for a tuning log; the log is corrupt there (fix or "
-                           "delete that line)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):   # ValueError: an int of > 4300 digits
-            if header is None:
-                raise LogError(f"{where}: not an edgetune tuning log (its first line is no JSON header); choose "
-                               "another --log") from None
-            if last and not complete and no > 1:
-                warnings.warn(f"{where}: last line is truncated (interrupted write); skipped it",
-                              TruncatedLogWarning, stacklevel=2)
-                break
-            raise LogError(f"{where}: not valid JSON; the log is corrupt there (fix or delete that line)") from None
-        if header is None:
-            header = LogHeader.from_json(obj, where)
-        else:
+    with f:
+        for no, raw in enumerate(f, start=2):
+            if not raw.strip():
+                continue
+            where = f"{path}:{no}"
+            obj = _line_json(raw, where, header=False, truncated=not raw.endswith(b"\n"))
+            if obj is None:
+                return
             record = Record.from_json(obj, where)
-            key = raw.strip()
+            key = hashlib.blake2b(raw.strip(), digest_size=16).digest()
             if key in seen:     # a line copied twice (by hand, or a sync tool) is one measurement
                 warnings.warn(f"{where}: repeats an earlier record line; counted once", DuplicateRecordWarning,
-                              stacklevel=2)
+                              stacklevel=3)
                 continue
             seen.add(key)
-            records.append(record)
-    assert header is not None
-    return header, records
+            yield record
 
 
 def check_log_path(path: Path, *, must_exist: bool = False) -> None:
