@@ -1,5 +1,6 @@
 """Reliability benchmark: SIGKILLs at random points then resume, two writers on one log, a board killed
-mid-run, and hostile inputs through the real CLI.
+mid-run, a board gone for good (the wait against ``--wait-board``), a full disk, a 100,000-record log, and
+hostile inputs through the real CLI.
 
     python -m bench.bench_reliability [--kills 10] [--seed 0] [--write-docs]
 
@@ -13,6 +14,7 @@ exits other than the one-line error, and silent successes. Results: ``bench/out/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -149,6 +151,97 @@ def board_killed(home: Path) -> dict[str, Any]:
         subprocess.run([*EDGETUNE, "tracker", "stop"], env=env, capture_output=True)
 
 
+def board_gone(home: Path, wait_s: int = 10) -> dict[str, Any]:
+    """The board's agent killed for good mid-tune: how long the run waits (against ``--wait-board``) and how it
+    ends (exit 2, one line, every finished trial in the log)."""
+    env, log = _env(home), home / "gone.jsonl"
+    port = _free_port()
+    subprocess.run([*EDGETUNE, "tracker", "start", "--port", str(port)], env=env, check=True, capture_output=True)
+    subprocess.run([*EDGETUNE, "board", "add", "simgone", "--type", "vta-fsim", "--host", "127.0.0.1"], env=env,
+                   check=True, capture_output=True)
+    board = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"127.0.0.1:{port}", "--key",
+                              "vta-fsim", "--executor", "fsim", "--name", "simgone"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        tune = subprocess.Popen([*EDGETUNE, "tune", "-b", "simgone", "-w", SMALL, "-t", "random", "-n", "400",
+                                 "--wait-board", str(wait_s), "--log", str(log)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(_lines(log)) < 15:
+            time.sleep(0.1)
+        at_kill = _lines(log)
+        os.killpg(board.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        rc = tune.wait(timeout=30 * wait_s)
+        waited = time.monotonic() - killed
+        err = [ln for ln in tune.stderr.read().splitlines() if ln.strip() and ln.startswith("error")]
+        return {"wait_board_s": wait_s, "waited_s": round(waited, 1), "ratio": round(waited / wait_s, 2),
+                "tune_rc": rc, "error": err[-1][:200] if err else "", "records_at_kill": len(at_kill),
+                **_audit(log, len(_lines(log)), [at_kill])}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(board.pid, signal.SIGKILL)
+        subprocess.run([*EDGETUNE, "tracker", "stop"], env=env, capture_output=True)
+
+
+def disk_full(home: Path) -> dict[str, Any]:
+    """``tune`` and ``export`` under a file-size limit (a full disk as the writer sees it: writes fail)."""
+    import resource
+
+    def limit(size: int):
+        def apply() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        return apply
+
+    env, log = _env(home), home / "full.jsonl"
+    t = subprocess.run([*EDGETUNE, "tune", "-w", SMALL, "-t", "random", "-n", "200", "--log", str(log)], env=env,
+                       preexec_fn=limit(20000), capture_output=True, text=True)
+    e = subprocess.run([*EDGETUNE, "export", "--log", str(log), "--out", str(home / "exp")], env=env,
+                       preexec_fn=limit(3000), capture_output=True, text=True)
+
+    def one_line(p: subprocess.CompletedProcess) -> str:
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        return lines[0][:160] if len(lines) == 1 and "Traceback" not in p.stderr else f"{len(lines)} lines"
+
+    with warnings_ignored():
+        kept = len(read_log(log)[1])
+    return {"tune_rc": t.returncode, "tune_error": one_line(t), "records_kept": kept, "export_rc": e.returncode,
+            "export_error": one_line(e), "export_left": sorted(p.name for p in home.iterdir() if "exp" in p.name)}
+
+
+def large_log(home: Path, n: int = 100_000) -> dict[str, Any]:
+    """``best``, ``export`` and ``tune --more 1`` on an ``n``-record log: seconds and peak memory of each."""
+    env, small, big = _env(home), home / "seed.jsonl", home / "big.jsonl"
+    subprocess.run([*EDGETUNE, "tune", "-w", SMALL, "-t", "random", "-n", "64", "--log", str(small)], env=env,
+                   check=True, capture_output=True)
+    lines = small.read_text().splitlines()
+    records = [json.loads(ln) for ln in lines[1:]]
+    with big.open("w") as f:
+        f.write(lines[0] + "\n")
+        for i in range(n):
+            r = dict(records[i % len(records)], trial=i)
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    out: dict[str, Any] = {"records": n, "mib": round(big.stat().st_size / 2 ** 20)}
+    for name, args in (("best", ["best", str(big), "--top", "3"]),
+                       ("export", ["export", "--log", str(big), "--out", str(home / "bigexp")]),
+                       ("tune --more 1", ["tune", "-w", SMALL, "-t", "random", "--more", "1", "--log", str(big)])):
+        p = subprocess.run(["/usr/bin/time", "-f", "%e %M", *EDGETUNE, *args], env=env, capture_output=True,
+                           text=True)
+        seconds, kib = p.stderr.strip().splitlines()[-1].split()
+        out[name] = {"rc": p.returncode, "s": float(seconds), "mib": round(int(kib) / 1024)}
+    return out
+
+
+@contextlib.contextmanager
+def warnings_ignored():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 # -- hostile inputs --------------------------------------------------------------------------------------------
 def hostile(home: Path) -> dict[str, Any]:
     """Every case of the bad-input suite (:mod:`toolkit.testing.bad_inputs`), each a fresh process and folder."""
@@ -170,6 +263,7 @@ def hostile(home: Path) -> dict[str, Any]:
 
 def section(result: dict[str, Any]) -> str:
     env, k, w, b, h = (result[x] for x in ("environment", "sigkill", "two_writers", "board_killed", "hostile"))
+    g, d, big = result["board_gone"], result["disk_full"], result["large_log"]
     lines = [SECTION, "",
              f"Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.",
              f"Command: `{env['command']}`. Everything on this machine (the `vta-fsim` board, a loopback tracker, a "
@@ -185,7 +279,19 @@ def section(result: dict[str, Any]) -> str:
              f"{'yes' if w['second_refused'] else 'NO'} (exit {w['second_rc']}) |",
              f"| the board's agent SIGKILLed after {b['records_at_kill']} records, started again 3 s later | "
              f"{b['records']} ({b['expected']}) | {b['lost']} | {b['duplicate_trials']} | "
-             f"{b['configs_measured_twice']} | tune exit {b['tune_rc']} |", "",
+             f"{b['configs_measured_twice']} | tune exit {b['tune_rc']} |",
+             f"| the board's agent SIGKILLed for good after {g['records_at_kill']} records, `--wait-board "
+             f"{g['wait_board_s']}` | {g['records']} ({g['expected']}) | {g['lost']} | {g['duplicate_trials']} | "
+             f"{g['configs_measured_twice']} | waited {g['waited_s']} s ({g['ratio']}x --wait-board; target <= 1.5x), "
+             f"tune exit {g['tune_rc']}: \"{g['error']}\" |",
+             f"| a full disk (a file-size limit) during `tune`, then during `export` | {d['records_kept']} kept | 0 | "
+             f"0 | 0 | tune exit {d['tune_rc']}: \"{d['tune_error']}\"; export exit {d['export_rc']}: "
+             f"\"{d['export_error']}\", left behind: {', '.join(d['export_left']) or 'nothing'} |", "",
+             f"A log of {big['records']:,} records ({big['mib']} MiB): "
+             + "; ".join(f"`{name}` {big[name]['s']:.1f} s, peak {big[name]['mib']} MiB (exit {big[name]['rc']})"
+                         for name in ("best", "export", "tune --more 1"))
+             + ". `best` and `export` read the log as a stream and keep only the best records; `tune --resume` holds "
+             "the records its tuner learns from.", "",
              f"Hostile inputs through the CLI (the bad-input suite, `toolkit/testing/bad_inputs.py`, each case a fresh "
              f"process and folder): **{h['cases']} cases, {h['tracebacks']} tracebacks, {h['silent_successes']} "
              f"silent successes, {h['not_right']} answers other than the expected one-line error** (targets: 0, 0, 0); "
@@ -207,11 +313,12 @@ def main(argv: list[str] | None = None) -> None:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="edgetune-reliability-") as d:
         home = Path(d)
-        for sub in ("k", "w", "b"):
+        for sub in ("k", "w", "b", "g", "d", "l"):
             (home / sub).mkdir()
         result = {"environment": environment("python -m bench.bench_reliability " + " ".join(argv or sys.argv[1:])),
                   "sigkill": sigkills(args.kills, rng, home / "k"), "two_writers": two_writers(home / "w"),
-                  "board_killed": board_killed(home / "b"), "hostile": hostile(home)}
+                  "board_killed": board_killed(home / "b"), "board_gone": board_gone(home / "g"),
+                  "disk_full": disk_full(home / "d"), "large_log": large_log(home / "l"), "hostile": hostile(home)}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     text = section(result)
