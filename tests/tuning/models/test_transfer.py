@@ -206,3 +206,42 @@ def test_a_crafted_transfer_file_is_one_line_and_exit_2_not_a_segfault(tmp_path)
                           timeout=300)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-1000:])
     assert "do not form a tree" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _tree_edits():
+    from hypothesis import strategies as st
+
+    fields = st.sampled_from(["left_children", "right_children", "parents", "split_indices", "default_left"])
+    return st.lists(st.tuples(fields, st.integers(0, 40), st.integers(-3, 10 ** 6)), min_size=1, max_size=4)
+
+
+def test_any_edited_booster_loads_and_predicts_or_is_one_line(tmp_path):
+    """Property: a shipped model whose first tree's arrays are edited at random either loads and predicts finite
+    numbers or is refused with a one-line LogError; never a crash inside XGBoost."""
+    import copy
+
+    from hypothesis import HealthCheck, given, settings
+
+    from toolkit.backends.vta.pretrained import FOLDER
+
+    base = json.loads(sorted(FOLDER.glob("*.json"))[0].read_text())
+    features = [{k: 1.0 for k in ("time.compute", "time.load", "uops", "footprint")}]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_tree_edits())
+    def prop(edits):
+        d = copy.deepcopy(base)
+        tree = d["booster"]["learner"]["gradient_booster"]["model"]["trees"][0]
+        for name, pos, value in edits:
+            if pos < len(tree[name]):
+                tree[name][pos] = value
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps(d))
+        try:
+            model = TransferModel.load(path)
+        except LogError as exc:
+            assert "\n" not in str(exc)
+            return
+        assert np.isfinite(model.predict_seconds(features)).all()
+
+    prop()
