@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -41,28 +41,35 @@ from toolkit.workloads import Conv2dWorkload
 
 @dataclass
 class TaskOutcome:
-    """One task of a network tune: its weight, trials and best."""
+    """One task of a network tune: how often the network runs it (``count``) and its tuning so far, the one
+    :class:`~toolkit.tuning.session.TuneSummary` its Session fills round after round (resumed trials included)."""
 
-    name: str
     spec: str
     count: int
-    flops: int
-    trials: int = 0
-    resumed: int = 0
-    best_seconds: float = math.inf
-    best_index: int | None = None
-    best_config: dict[str, Any] | None = None
+    summary: TuneSummary
     exhausted: bool = False
+
+    name = property(lambda self: self.summary.workload, doc="The task's workload label.")
+    flops = property(lambda self: self.summary.flops)
+    trials = property(lambda self: self.summary.trials)
+    resumed = property(lambda self: self.summary.resumed)
+    best_seconds = property(lambda self: self.summary.best_seconds)
+    best_index = property(lambda self: self.summary.best_index)
+    best_config = property(lambda self: self.summary.best_config)
 
     @property
     def weighted_seconds(self) -> float:
         """Best latency times multiplicity (``inf`` without a valid config)."""
         return self.best_seconds * self.count
 
-    def add(self, result: MeasureResult) -> None:
-        self.trials += 1
-        if result.valid and result.seconds < self.best_seconds:
-            self.best_seconds, self.best_index, self.best_config = result.seconds, result.index, result.config
+    def to_json(self) -> dict[str, Any]:
+        def fin(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {"name": self.name, "spec": self.spec, "count": self.count, "flops": self.flops, "trials": self.trials,
+                "resumed": self.resumed, "best_seconds": fin(self.best_seconds), "best_index": self.best_index,
+                "best_config": self.best_config, "exhausted": self.exhausted,
+                "weighted_seconds": fin(self.weighted_seconds)}
 
 
 @dataclass
@@ -96,13 +103,11 @@ class NetworkSummary:
         def fin(x: float) -> float | None:
             return x if math.isfinite(x) else None
 
-        d = asdict(self)
-        for t, td in zip(self.tasks, d["tasks"]):
-            td["best_seconds"] = fin(t.best_seconds)
-            td["weighted_seconds"] = fin(t.weighted_seconds)
-        d["skipped"] = [{"layer": n, "reason": r} for n, r in self.skipped]
-        d["curve"] = [[n, fin(s)] for n, s in self.curve]
-        return d | {"trials": self.trials, "resumed": self.resumed, "total_seconds": fin(self.total_seconds)}
+        return {"network": self.network, "board": self.board, "tuner": self.tuner, "scheduler": self.scheduler,
+                "tasks": [t.to_json() for t in self.tasks],
+                "skipped": [{"layer": n, "reason": r} for n, r in self.skipped], "log": self.log,
+                "wall_s": self.wall_s, "curve": [[n, fin(s)] for n, s in self.curve],
+                "trials": self.trials, "resumed": self.resumed, "total_seconds": fin(self.total_seconds)}
 
 
 def _network_transfer(tuners: Sequence[Tuner], task: Task, seed: int) -> GrowingTransfer | None:
@@ -146,7 +151,9 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
     t_start = time.perf_counter()
     board = tasks[0].board
     factory = tuner if callable(tuner) else (lambda i: make_tuner(tuner, seed=seed + i, **(tuner_options or {})))
-    outcomes = [TaskOutcome(t.workload.label, t.workload.spec(), p.count, t.flops) for t, p in zip(tasks, plan.tasks)]
+    outcomes = [TaskOutcome(t.workload.spec(), p.count, TuneSummary(workload=t.workload.label, board=board.name, tuner="",
+                                                                  flops=t.flops))
+                for t, p in zip(tasks, plan.tasks)]
     summary = NetworkSummary(plan.network.name, board.name, "", scheduler.name, outcomes, list(plan.skipped),
                              log=str(log) if log else None)
 
@@ -161,11 +168,12 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             if r.index is not None and i is not None:
                 history[i].append(r.to_result())
         tuners = [factory(i) for i in range(len(tasks))]
+        summary.tuner = tuners[0].name or type(tuners[0]).__name__
         for i, hist in enumerate(history):
             for res in hist:
-                outcomes[i].add(res)
-            outcomes[i].resumed = len(hist)
-        summary.tuner = tuners[0].name or type(tuners[0]).__name__
+                outcomes[i].summary.add(res)
+            outcomes[i].summary.resumed = len(hist)
+            outcomes[i].summary.tuner = summary.tuner
         scheduler.setup([p.count for p in plan.tasks], flops=[t.flops for t in tasks])
         scheduler.restore([[r.seconds for r in hist] for hist in history])
         for i, task in enumerate(tasks):
@@ -189,12 +197,10 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             out = outcomes[i]
             desc = tasks[i].describe()
 
-            def record(first: int, results: Sequence[MeasureResult], out: TaskOutcome = out, desc: dict = desc,
-                       k: int = i) -> None:
-                for r in results:
-                    if journal is not None:
-                        journal.append(Record.from_result(r, trial=out.trials, tuner=summary.tuner, task=desc))
-                    out.add(r)
+            def record(first: int, results: Sequence[MeasureResult], desc: dict = desc, k: int = i) -> None:
+                if journal is not None:   # the task's summary has counted them already: trials first, first + 1 ...
+                    for j, r in enumerate(results):
+                        journal.append(Record.from_result(r, trial=first + j, tuner=summary.tuner, task=desc))
                 if network_model is not None:
                     network_model.add(k, results)
 
@@ -204,10 +210,9 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             if network_model is not None and (model := network_model.current()) is not given[i]:
                 tuners[i].use_transfer(model)
                 given[i] = model
-            round_summary = TuneSummary(workload=tasks[i].workload.label, board=board.name, tuner=summary.tuner,
-                                        flops=tasks[i].flops)
-            sessions[i].run(n, round_summary, record=record)
-            exhausted = round_summary.stopped == "exhausted" or out.trials >= tasks[i].space.size
+            out.summary.stopped = "budget"
+            sessions[i].run(before + n, out.summary, record=record)
+            exhausted = out.summary.stopped == "exhausted" or out.trials >= tasks[i].space.size
             out.exhausted = exhausted
             scheduler.update(i, out.trials - before, out.best_seconds, exhausted=exhausted)
             summary.curve.append((summary.trials, summary.total_seconds))
