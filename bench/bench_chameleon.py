@@ -203,7 +203,7 @@ def markdown(summary: dict[str, Any], tuners: list[str], layers: list[str], args
         lines.append(f"| {t} | {g['reach_speedup']:.2f}x | {g['best_rel_xgb']:.3f} | {g['worst_layer_rel_xgb']:.3f} | "
                      f"{g['censored']} | {qpr:.0f} | {g['query_ratio']:.2f}x | {g['tuner_s_per_round_max']:.2f} | "
                      f"{g['cpu_s_per_round_max']:.2f} |")
-    lines += ["", "Targets (issue #6), per tuner against `xgb`:", ""]
+    lines += ["", "Targets, per tuner against `xgb`:", ""]
     for t in tuners[1:]:
         lines.append(f"- `{t}`: " + "; ".join(target_verdicts(summary["geomean"][t])) + ".")
     return "\n".join(lines) + "\n"

@@ -432,10 +432,9 @@ def headline_section() -> list[str]:
                 lines.append(f"| {setting} | `{name}` | {t['runs']} | {t['invalid']:.1f} | {inv} | {reach} | "
                              f"{t['reach_over_xgb']:.1%} | {t['missed']} |")
     return lines + [""] + parents_table(found) + [
-        "", "`chameleon-ml2`'s round size (its defaults since stop 21), `v_pool` and `carry` (both tuners' defaults "
-        "since stop 22), its ModelP's rank loss (since stop 24) and the variants measured against `ml2tuner`: "
-        "docs/tuners.md, \"`chameleon-ml2`'s round\", \"What the compiler found stays in play\" and \"ModelP's "
-        "loss in `chameleon-ml2`\"."]
+        "", "How `chameleon-ml2`'s round size, `v_pool` and `carry` (both tuners' defaults) and its ModelP's rank loss "
+        "were chosen, with the variants measured against `ml2tuner`: bench/explore/notes.md, \"`chameleon-ml2`'s "
+        "round\", \"What the compiler found stays in play\" and \"ModelP's loss in `chameleon-ml2`\"."]
 
 
 def results_path(setting: str) -> Path:

@@ -1,1 +1,2 @@
-"""Exploratory scripts: the runs behind the choices docs/tuners.md reports (each prints its figures)."""
+"""Exploratory scripts: the runs behind the tuners' defaults (each prints its figures); notes.md records what
+they measured and what was chosen."""
