@@ -176,7 +176,7 @@ def board_gone(home: Path, wait_s: int = 10) -> dict[str, Any]:
         waited = time.monotonic() - killed
         err = [ln for ln in tune.stderr.read().splitlines() if ln.strip() and ln.startswith("error")]
         return {"wait_board_s": wait_s, "waited_s": round(waited, 1), "ratio": round(waited / wait_s, 2),
-                "tune_rc": rc, "error": err[-1][:200] if err else "", "records_at_kill": len(at_kill),
+                "tune_rc": rc, "error": err[-1][:400] if err else "", "records_at_kill": len(at_kill),
                 **_audit(log, len(_lines(log)), [at_kill])}
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -201,8 +201,9 @@ def disk_full(home: Path) -> dict[str, Any]:
                        preexec_fn=limit(3000), capture_output=True, text=True)
 
     def one_line(p: subprocess.CompletedProcess) -> str:
-        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-        return lines[0][:160] if len(lines) == 1 and "Traceback" not in p.stderr else f"{len(lines)} lines"
+        """The one error line (progress lines off a terminal are not errors), else how many there were."""
+        errors = [ln.replace(f"{home}/", "") for ln in p.stderr.splitlines() if ln.startswith("error")]
+        return errors[0][:200] if len(errors) == 1 and "Traceback" not in p.stderr else f"{len(errors)} error lines"
 
     with warnings_ignored():
         kept = len(read_log(log)[1])
