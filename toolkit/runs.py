@@ -25,8 +25,8 @@ from toolkit.tuning.tuners.base import PRETRAINED, resolve_transfer, tuner_class
 
 def budget(log: Path | None, trials: int | None = None, more: int | None = None) -> tuple[int, int]:
     """``(trials in all, trials the log holds)`` for ``--trials N`` (the budget in all, the log's included) or
-    ``--more N`` (N beyond what the log holds); exactly one of them. ``log`` is the log a run resumes
-    (``None``: a fresh run, holding nothing).
+    ``--more N`` (N beyond what the log holds); exactly one of them. ``log`` is the log a ``--more`` run
+    continues (``None``: nothing to count; ``--trials`` needs no count, the run reads the log once).
 
     >>> budget(Path("no-such-log.jsonl"), more=8)
     (8, 0)

@@ -124,7 +124,7 @@ def tune(
     tuner_obj = make_tuner(tuner, seed=seed, **{**parse_options(option), **transfer_options(transfer, tuner, brd)})
     task = make_task(wl, brd, **options)
     log_path = log or default_log_path(task)
-    trials, held = budget(log_path if resume else None, trials, more)
+    trials, _ = budget(log_path if more is not None else None, trials, more)   # only --more reads the log first
     if not brd.profile.is_simulator:
         console.waiting(f"reaching board {brd.name} through its RPC tracker (a built-in board starts its own: "
                         "seconds)")
@@ -142,8 +142,8 @@ def tune(
         finally:
             runner.close()
         bar.update(bar_id, completed=summary.trials, status=_status(summary))
-    if held >= trials:
-        console.warn(f"{log_path} already holds {held} trials and --trials {trials} counts them: nothing was tuned; "
+    if summary.resumed >= trials:
+        console.warn(f"{log_path} already holds {summary.resumed} trials and --trials {trials} counts them: nothing was tuned; "
                      f"pass --more N to tune N more")
     if json:
         console.print_json({**summary.to_json(), "log": str(log_path)})

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import stat
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -163,7 +164,7 @@ class Record:
         """The record as a :class:`MeasureResult` (for ``Tuner.load_history``)."""
         return MeasureResult(index=-1 if self.index is None else self.index, config=self.config,
                              costs=list(self.costs), error=None if self.error is None else ErrorClass(self.error),
-                             message=self.message, features=dict(self.features), build_s=self.build_s,
+                             message=self.message, features=self.features, build_s=self.build_s,
                              run_s=self.run_s, timestamp=self.timestamp)
 
     @classmethod
@@ -210,7 +211,7 @@ class Record:
         known = set(cls.__dataclass_fields__)
         rec = cls(**{k: v for k, v in obj.items() if k in known})
         rec.costs = [float(c) for c in rec.costs]
-        rec.features = {k: float(v) for k, v in rec.features.items()}
+        rec.features = {sys.intern(k): float(v) for k, v in rec.features.items()}   # one copy of each name
         return rec
 
 

@@ -133,6 +133,7 @@ def tune(task: Task, tuner: Tuner | Driver, n_trials: int, *, log: str | Path | 
     try:
         _check_resumed(earlier, desc, task.space.size, log)
         history = [r.to_result() for r in earlier if r.index is not None]
+        del earlier                     # the results hold what the tuner needs; the records go
         for r in history:
             summary.add(r)
         summary.resumed = len(history)
