@@ -209,19 +209,27 @@ def adaptive_sample(space: ConfigSpace, candidates: Sequence[int], exclude: set[
 
 
 @dataclass
-class AdaptiveSampler:
-    """Chameleon's adaptive sampling as a :class:`~toolkit.tuning.search.Sampler`: :func:`adaptive_sample`
-    with these settings, counting what it chose."""
+class KMeansSettings:
+    """How candidates are clustered: k-means on the ``n_cardinal`` knobs with the most options, k from ``k_min``
+    to ``k_max`` by ``k_step`` chosen by :func:`select_k` (``threshold``, ``rule``); ``sampled_k`` counts the
+    picks of each round."""
 
     k_min: int = 8
     k_max: int = 64
     k_step: int = 8
     threshold: float = 2.5
     n_cardinal: int = 2
-    reduction: str = "mode"
     rule: str = "knee"
-    representative: str = "nearest"
     sampled_k: list[int] = field(default_factory=list)
+
+
+@dataclass
+class AdaptiveSampler(KMeansSettings):
+    """Chameleon's adaptive sampling as a :class:`~toolkit.tuning.search.Sampler`: :func:`adaptive_sample`
+    with these settings, counting what it chose."""
+
+    reduction: str = "mode"
+    representative: str = "nearest"
     n_synthesized: int = 0
     n_random: int = 0
 
@@ -242,7 +250,7 @@ class AdaptiveSampler:
 
 
 @dataclass
-class ClusterSampler:
+class ClusterSampler(KMeansSettings):
     """One config per cluster of the candidates, the best-ranked member of each, best first; with ``fill_to``
     the next best-ranked candidates fill the selection up to that many (``chameleon-ml2``'s round).
 
@@ -251,14 +259,7 @@ class ClusterSampler:
     candidates' order does.
     """
 
-    k_min: int = 2
-    k_max: int = 8
-    k_step: int = 2
-    threshold: float = 2.5
-    n_cardinal: int = 2
-    rule: str = "knee"
     fill_to: int = 0
-    sampled_k: list[int] = field(default_factory=list)
 
     def select(self, space: ConfigSpace, candidates: Sequence[int], exclude: set[int],
                rng: np.random.Generator, ranking: Sequence[int] | None = None) -> list[int]:
