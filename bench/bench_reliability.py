@@ -234,6 +234,116 @@ def large_log(home: Path, n: int = 100_000) -> dict[str, Any]:
     return out
 
 
+def export_kills(home: Path, kills: int, rng: random.Random) -> dict[str, Any]:
+    """``export --force`` SIGKILLed at random moments over an earlier export: afterwards the folder holds one
+    whole export (the old or the new: every listed file present with its hash) and no stage is left for long."""
+    from toolkit.export import load_export
+
+    env, log, out = _env(home), home / "e.jsonl", home / "exp"
+    subprocess.run([*EDGETUNE, "tune", "-w", SMALL, "-t", "random", "-n", "16", "--log", str(log)], env=env,
+                   check=True, capture_output=True)
+    subprocess.run([*EDGETUNE, "export", "--log", str(log), "--out", str(out)], env=env, check=True,
+                   capture_output=True)
+    broken, after = 0, []
+    for _ in range(kills):
+        p = subprocess.Popen([*EDGETUNE, "export", "--log", str(log), "--out", str(out), "--force"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait = rng.uniform(0.3, 2.5)
+        after.append(round(wait, 2))
+        time.sleep(wait)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        try:
+            load_export(out)            # checks every listed file against its hash
+        except Exception:  # noqa: BLE001 - any failure to load is a broken export
+            broken += 1
+    final = subprocess.run([*EDGETUNE, "export", "--log", str(log), "--out", str(out), "--force"], env=env,
+                           capture_output=True, text=True)
+    stages = [p.name for p in home.glob(".exp.*")]
+    return {"kills": kills, "kill_after_s": after, "broken": broken, "final_rc": final.returncode,
+            "stages_left": len(stages)}
+
+
+def planted_links(home: Path) -> dict[str, Any]:
+    """A tuning log path that is a symlink (to another file, or dangling): refused, nothing written through it."""
+    env = _env(home)
+    victim = home / "victim.txt"
+    victim.write_text("keep me\n")
+    (home / "to_victim.jsonl").symlink_to(victim)
+    (home / "dangling.jsonl").symlink_to(home / "nowhere.jsonl")
+    rows = []
+    for link in ("to_victim.jsonl", "dangling.jsonl"):
+        r = subprocess.run([*EDGETUNE, "tune", "-w", SMALL, "-t", "random", "-n", "2", "--log", str(home / link)],
+                           env=env, capture_output=True, text=True)
+        rows.append(r.returncode)
+    written = victim.read_text() != "keep me\n" or (home / "nowhere.jsonl").exists()
+    return {"cases": len(rows), "refused": sum(rc == 2 for rc in rows), "written_through": int(written)}
+
+
+def dead_tracker(home: Path) -> dict[str, Any]:
+    """``tune -b local`` whose own loopback tracker and server are SIGKILLed mid-run: edgetune starts them again
+    and the run finishes."""
+    import psutil
+
+    env, log = _env(home), home / "local.jsonl"
+    small = "conv2d:H=8,W=8,CI=8,CO=8,K=3,S=1,P=1"
+    tune = subprocess.Popen([*EDGETUNE, "tune", "-b", "local", "-w", small, "-t", "random", "-n", "24", "--log",
+                             str(log)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(_lines(log)) < 6:
+        time.sleep(0.2)
+    at_kill = _lines(log)
+    killed = 0
+    for child in psutil.Process(tune.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):   # one may take the other down with it
+            if "rpc_tracker" in " ".join(child.cmdline()) or "rpc_server" in " ".join(child.cmdline()):
+                os.killpg(child.pid, signal.SIGKILL)
+                killed += 1
+    rc = tune.wait(timeout=900)
+    return {"tune_rc": rc, "processes_killed": killed, "records_at_kill": len(at_kill), **_audit(log, 24, [at_kill])}
+
+
+def agent_frames(home: Path) -> dict[str, Any]:
+    """Malformed and stalled handshakes sent to a board agent's port, each followed by a real client's call."""
+    import json as _json
+    import struct
+
+    from toolkit.rpc.agent_control import call_health
+    from toolkit.rpc.tracker import require_server, start_tracker
+
+    magic = struct.pack("<i", 0xFF271)
+    frames = [magic + struct.pack("<i", -1), magic + struct.pack("<i", 0),
+              magic + struct.pack("<i", 4) + b"\xff\xfe\xfd\xfc", magic + struct.pack("<i", 3) + b"   ",
+              magic + struct.pack("<i", 22) + b"client:x -timeout=abcd",
+              magic + struct.pack("<i", 2 ** 31 - 1), b"\x71", magic + struct.pack("<i", 40) + b"client:",
+              b"GET / HTTP/1.1\r\n\r\n", bytes(range(256))]
+    tracker = start_tracker()
+    host, port = tracker.address
+    state = home / "agent.json"
+    agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}", "--key",
+                              "frames", "--executor", "fsim", "--name", "f", "--state-file", str(state)],
+                             env=_env(home), start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    answered = 0
+    try:
+        require_server(host, port, "frames", "f", grace_s=90)
+        agent_port = _json.loads(state.read_text())["port"]
+        for frame in frames:
+            with socket.create_connection(("127.0.0.1", agent_port)) as s:
+                s.sendall(frame)
+                time.sleep(0.1)
+                with contextlib.suppress(Exception):
+                    answered += call_health((host, port), "frames", "f", timeout=60).get("name") == "f"
+        alive = agent.poll() is None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        tracker.stop()
+    return {"frames": len(frames), "answered_after": answered, "agent_alive": alive}
+
+
 @contextlib.contextmanager
 def warnings_ignored():
     import warnings
@@ -265,6 +375,7 @@ def hostile(home: Path) -> dict[str, Any]:
 def section(result: dict[str, Any]) -> str:
     env, k, w, b, h = (result[x] for x in ("environment", "sigkill", "two_writers", "board_killed", "hostile"))
     g, d, big = result["board_gone"], result["disk_full"], result["large_log"]
+    ek, pl, dt, af = result["export_kills"], result["planted_links"], result["dead_tracker"], result["agent_frames"]
     lines = [SECTION, "",
              f"Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.",
              f"Command: `{env['command']}`. Everything on this machine (the `vta-fsim` board, a loopback tracker, a "
@@ -287,7 +398,20 @@ def section(result: dict[str, Any]) -> str:
              f"tune exit {g['tune_rc']}: \"{g['error']}\" |",
              f"| a full disk (a file-size limit) during `tune`, then during `export` | {d['records_kept']} kept | 0 | "
              f"0 | 0 | tune exit {d['tune_rc']}: \"{d['tune_error']}\"; export exit {d['export_rc']}: "
-             f"\"{d['export_error']}\", left behind: {', '.join(d['export_left']) or 'nothing'} |", "",
+             f"\"{d['export_error']}\", left behind: {', '.join(d['export_left']) or 'nothing'} |",
+             f"| `tune -b local` whose loopback tracker and server are SIGKILLed after {dt['records_at_kill']} records "
+             f"| {dt['records']} ({dt['expected']}) | {dt['lost']} | {dt['duplicate_trials']} | "
+             f"{dt['configs_measured_twice']} | {dt['processes_killed']} processes killed, started again; tune exit "
+             f"{dt['tune_rc']} |", "",
+             f"`export --force` SIGKILLed {ek['kills']} times ({min(ek['kill_after_s'])}-{max(ek['kill_after_s'])} s "
+             f"in) over an earlier export: **{ek['broken']} broken exports** (each time the folder loaded with every "
+             f"listed file's hash); the next export exit {ek['final_rc']}, stage folders left: {ek['stages_left']} "
+             "(a killed export's stage is removed by a later one once it is an hour old). A `--log` that is a symlink "
+             f"(to another file, dangling): {pl['refused']} of {pl['cases']} refused, "
+             f"**{pl['written_through']} written through**. An agent sent {af['frames']} malformed or stalled handshakes (negative, zero and 2^31-1 key "
+             f"lengths, bad UTF-8, a blank key, a bad timeout, one byte then silence, HTTP, 256 bytes of noise): it "
+             f"answered a real client after {af['answered_after']} of them and "
+             f"{'still runs' if af['agent_alive'] else 'DIED'}.", "",
              f"A log of {big['records']:,} records ({big['mib']} MiB): "
              + "; ".join(f"`{name}` {big[name]['s']:.1f} s, peak {big[name]['mib']} MiB (exit {big[name]['rc']})"
                          for name in ("best", "export", "tune --more 1"))
@@ -314,12 +438,15 @@ def main(argv: list[str] | None = None) -> None:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="edgetune-reliability-") as d:
         home = Path(d)
-        for sub in ("k", "w", "b", "g", "d", "l"):
+        for sub in ("k", "w", "b", "g", "d", "l", "e", "p", "t", "a"):
             (home / sub).mkdir()
         result = {"environment": environment("python -m bench.bench_reliability " + " ".join(argv or sys.argv[1:])),
                   "sigkill": sigkills(args.kills, rng, home / "k"), "two_writers": two_writers(home / "w"),
                   "board_killed": board_killed(home / "b"), "board_gone": board_gone(home / "g"),
-                  "disk_full": disk_full(home / "d"), "large_log": large_log(home / "l"), "hostile": hostile(home)}
+                  "disk_full": disk_full(home / "d"), "large_log": large_log(home / "l"),
+                  "export_kills": export_kills(home / "e", 8, rng), "planted_links": planted_links(home / "p"),
+                  "dead_tracker": dead_tracker(home / "t"), "agent_frames": agent_frames(home / "a"),
+                  "hostile": hostile(home)}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     text = section(result)

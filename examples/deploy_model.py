@@ -45,9 +45,9 @@ def main() -> None:
     model = SmallNet().eval()
     shape = (1, 3, 16, 16)
     board = et.resolve_board("local")
-    plan = et.backend_for(board.profile).plan_network(extract(model, shape, name="smallnet").network)
+    plan, tasks = et.network_tasks(extract(model, shape, name="smallnet").network, board)
     log = args.out / "smallnet.jsonl"
-    summary = et.tune_network(plan, et.tasks_of(plan, board), "xgb", args.trials, log=log, resume=log.exists(),
+    summary = et.tune_network(plan, tasks, "xgb", args.trials, log=log, resume=log.exists(),
                               scheduler=make_scheduler("gradient", seed=0, trials_per_round=8))
     print(f"tuned {len(summary.tasks)} conv shapes in {summary.trials} trials")
 

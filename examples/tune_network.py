@@ -19,9 +19,9 @@ def main() -> None:
     args = parser.parse_args()
 
     board = et.resolve_board("vta-fsim")
-    plan = et.backend_for(board.profile).plan_network(et.get_network("resnet18"))   # C2..C11 (C1 stays on the CPU)
+    plan, tasks = et.network_tasks(et.get_network("resnet18"), board)   # C2..C11 (C1 stays on the CPU)
     log = args.out / "resnet18.jsonl"
-    summary = et.tune_network(plan, et.tasks_of(plan, board), "random", args.trials, log=log, resume=log.exists(),
+    summary = et.tune_network(plan, tasks, "random", args.trials, log=log, resume=log.exists(),
                               scheduler=make_scheduler("gradient", seed=0, trials_per_round=8))
     for t in summary.tasks:
         best = f"{t.best_seconds * 1e3:.4f} ms" if t.trials and t.best_seconds < float("inf") else "-"
