@@ -115,8 +115,9 @@ class StaleCacheWarning(UserWarning):
 def cache_path(task: Task, cache_dir: str | Path) -> Path:
     """Where :func:`ensure_cache` builds the cache of ``task``."""
     label = task.workload.name or task.workload.spec().replace(":", "_").replace(",", "_").replace("=", "")
-    compat = "-tvm" if task.template.options.get("tvm_compat") else ""
-    return Path(cache_dir) / f"{task.board.name}{compat}" / f"{label}.jsonl"
+    # each template option that is on names the space: `tvm_compat` -> `<board>-tvm`
+    tags = "".join(f"-{name.split('_')[0]}" for name, on in sorted(task.template.options.items()) if on is True)
+    return Path(cache_dir) / f"{task.board.name}{tags}" / f"{label}.jsonl"
 
 def ensure_cache(task: Task, cache_dirs: Sequence[str | Path],
                  callback: Callable[[int, int], None] | None = None) -> MeasurementCache:
