@@ -34,8 +34,15 @@ def _on_a_terminal(args: list[str], timeout: float = 300.0) -> str:
     return out.decode(errors="replace")
 
 
-def test_tune_on_a_tvm_board_says_it_reaches_the_board_first(tmp_path):
+def test_tune_on_a_tvm_board_says_it_reaches_the_board_first_and_uses_the_measurement_settings(tmp_path):
+    """On a terminal, the wait for the board is said first; ``--repeat 2`` reaches the board's runner (every valid
+    record holds two costs; vta-fsim would ignore it)."""
+    from toolkit.tuning.journal import read_log
+
+    log = tmp_path / "l.jsonl"
     text = _on_a_terminal(["tune", "-b", "local", "-w", "conv2d:H=8,W=8,CI=8,CO=8,K=3,S=1,P=1", "-t", "random",
-                           "-n", "1", "--log", str(tmp_path / "l.jsonl")])
+                           "-n", "2", "--repeat", "2", "--number", "1", "--timeout", "20", "--log", str(log)])
     assert "reaching board local through its RPC tracker" in text, text[-2000:]
     assert text.index("reaching board local") < text.index("tuning summary")
+    valid = [rec for rec in read_log(log)[1] if rec.valid]
+    assert valid and all(len(rec.costs) == 2 for rec in valid)

@@ -42,18 +42,6 @@ def test_time_budget_stops_starting_rounds(tmp_path):
     assert out["stopped"] == "time_budget" and 0 < out["trials"] < 2000
 
 
-def test_measurement_settings_reach_the_boards_runner(tmp_path):
-    """``--repeat R`` on a TVM board: every valid record holds R costs."""
-    small = "conv2d:H=8,W=8,CI=8,CO=8,K=3,S=1,P=1"
-    for repeat in (1, 2):
-        log = tmp_path / f"r{repeat}.jsonl"
-        r = _tune("-n", "2", "-b", "local", "--log", str(log), "--repeat", str(repeat), "--number", "1",
-                  "--timeout", "20", workload=small)
-        assert r.exit_code == 0, r.output
-        valid = [rec for rec in read_log(log)[1] if rec.valid]
-        assert valid and all(len(rec.costs) == repeat for rec in valid)
-
-
 def test_best_and_report_without_out_print_the_best_configs(tmp_path):
     log = tmp_path / "a.jsonl"
     assert _tune("-n", "12", "--log", str(log), "--seed", "1").exit_code == 0
