@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
@@ -26,7 +26,7 @@ from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportErro
 from toolkit.export.run import read_manifest
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Template
-from toolkit.tuning.journal import Record, stream_log
+from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload, parse_workload
 
 
@@ -77,23 +77,23 @@ def _slug(label: str) -> str:
 def _select(records: Iterable[Record], workloads: Sequence[str | Conv2dWorkload] | None, log: Path) -> list[Record]:
     """Best valid record per workload (in first-seen order), optionally only ``workloads``; one pass over
     ``records`` (a stream: the log is never held whole)."""
-    best: dict[str, Record] = {}
     seen: dict[str, str] = {}         # workload key -> label, first-seen order
     errors: dict[str, int] = {}
-    n = 0
-    for r in records:
-        n += 1
-        if r.workload_key not in seen:
-            seen[r.workload_key] = Conv2dWorkload.from_dict(r.workload).label
-        if not r.valid:
-            errors[r.error or "no_cost"] = errors.get(r.error or "no_cost", 0) + 1
-        elif r.workload_key not in best or r.seconds < best[r.workload_key].seconds:
-            best[r.workload_key] = r
-    if not n:
+
+    def tallied(rs: Iterable[Record]) -> Iterator[Record]:
+        for r in rs:
+            if r.workload_key not in seen:
+                seen[r.workload_key] = Conv2dWorkload.from_dict(r.workload).label
+            if not r.valid:
+                errors[r.error or "no_cost"] = errors.get(r.error or "no_cost", 0) + 1
+            yield r
+
+    best = best_per_workload(tallied(records))
+    if not seen:
         raise ExportError(f"tuning log {log} has no records (only its header); tune first, then export")
     if not best:
         why = ", ".join(f"{k} {e}" for e, k in sorted(errors.items()))
-        raise ExportError(f"tuning log {log} has no valid record ({n} trials, all failed: {why}); "
+        raise ExportError(f"tuning log {log} has no valid record ({sum(errors.values())} trials, all failed: {why}); "
                           "nothing to export: tune longer or fix the board")
     best = {k: best[k] for k in seen if k in best}
     if not workloads:
