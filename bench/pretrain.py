@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +22,7 @@ from toolkit.backends.vta.backend import with_vta_preset
 from toolkit.backends.vta.pretrained import FOLDER, SETTINGS, model_path
 from toolkit.harness import ensure_cache
 from toolkit.boards import resolve_board
+from toolkit.cluster import ENV_ADDRESS
 from toolkit.tuning.replay import compile_features_of, current_compile_features
 from toolkit.workloads.splits import development_set
 from toolkit.tuning.models.transfer import TaskRecords, TransferModel
@@ -30,13 +32,14 @@ CACHE_DIRS = ("bench/out/headline-cache",)
 
 
 def development_records(preset: str, cache_dirs: Sequence[str | Path] = CACHE_DIRS,
-                        progress: Any = None) -> list[TaskRecords]:
-    """Every valid config of each development layer on ``preset`` (compile features, seconds)."""
+                        progress: Any = None, cluster: str | None = None) -> list[TaskRecords]:
+    """Every valid config of each development layer on ``preset`` (compile features, seconds); missing exhaustive
+    logs are swept on the Ray cluster at ``cluster`` when given."""
     board = with_vta_preset(resolve_board("vta-fsim"), preset)
     out = []
     for wl in development_set():
         task = make_task(wl, board, **SETTINGS[preset])
-        cache = ensure_cache(task, list(cache_dirs), progress)
+        cache = ensure_cache(task, list(cache_dirs), progress, cluster)
         out.append([(current_compile_features(task.template, compile_features_of(r.features)), r.seconds)
                     for r in cache.by_index.values() if r.valid])
     return out
@@ -71,10 +74,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--presets", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
     ap.add_argument("--cache-dir", action="append", help=f"exhaustive logs (default {CACHE_DIRS[0]})")
     ap.add_argument("--check", action="store_true", help="report leave-one-layer-out figures, write nothing")
+    ap.add_argument("--cluster", default=os.environ.get(ENV_ADDRESS), metavar="HOST:PORT",
+                    help="sweep missing exhaustive logs on this Ray cluster (default $EDGETUNE_CLUSTER)")
     args = ap.parse_args(argv)
     FOLDER.mkdir(exist_ok=True)
     for preset in args.presets.split(","):
-        tasks = development_records(preset, args.cache_dir or CACHE_DIRS)
+        tasks = development_records(preset, args.cache_dir or CACHE_DIRS, cluster=args.cluster)
         if args.check:
             for inputs in ("shares", "all"):
                 loo = np.array(leave_one_out(tasks, inputs=inputs))

@@ -28,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.export": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                        "toolkit.tuning", "toolkit.backends", "toolkit.manifest"},
     "toolkit.runs": {"toolkit.errors", "toolkit.boards", "toolkit.tuning", "toolkit.backends", "toolkit.export"},
+    "toolkit.cluster": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc"},
     "toolkit.harness": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
-                      "toolkit.tuning", "toolkit.backends"},
+                      "toolkit.tuning", "toolkit.backends", "toolkit.cluster"},
     "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.harness", "toolkit.workloads"},
     "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc"},
 }

@@ -47,6 +47,10 @@ class BoardGoneError(BoardError):
     finished trial is in the log) instead of waiting again."""
 
 
+class ClusterError(EdgetuneError):
+    """A Ray cluster that cannot be started, reached or used (no Ray installed, a node refused, the head lost)."""
+
+
 def last_line(exc: BaseException) -> str:
     """The line of a (TVM) error message that says what went wrong, at most 300 characters."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

@@ -132,6 +132,7 @@ def _root(
 _COMMANDS = [
     "board",
     "tracker",
+    "cluster",
     "bitstream",
     "workloads",
     "tune",

@@ -13,8 +13,9 @@ from toolkit import console
 from toolkit.backends import backend_for
 from toolkit.cli.app import app
 from toolkit.errors import ConfigError
-from toolkit.cli.options import (BoardOpt, InventoryOpt, JsonOpt, TvmCompatOpt, VtaConfigOpt, board_from, check_folder,
-                                 template_options)
+from toolkit.cli.options import (BoardOpt, ClusterOpt, InventoryOpt, JsonOpt, TvmCompatOpt, VtaConfigOpt, board_from,
+                                 check_folder, template_options)
+from toolkit.cluster.nodes import cluster_address
 from toolkit.harness import DEFAULT_CACHE_DIR, BenchResult, expand_workloads, run_bench, save_checkpoint, shared_starts
 
 
@@ -84,6 +85,7 @@ def bench(
         "--resume", help="Reuse the runs already in --out (same board, trials and options); run only the "
                          "missing workload/tuner/seed runs.")] = False,
     inventory: InventoryOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Run several tuners on the same workloads, budget, seeds and board; compare them.
 
@@ -126,7 +128,8 @@ def bench(
         result = run_bench(brd, wls, names, trials, seeds, reference=reference,
                            template_options=options, replay=replay,
                            cache_dirs=cache_dir or [DEFAULT_CACHE_DIR], command=command, progress=on_progress,
-                           checkpoint=lambda partial: _write(partial, json_out, None, None, title), previous=previous)
+                           checkpoint=lambda partial: _write(partial, json_out, None, None, title), previous=previous,
+                           cluster=cluster_address(cluster))
     _write(result, json_out, plot, markdown, title)
     rows = [(t, "-" if m["best_vs_optimum"] is None else f"{m['best_vs_optimum']:.4f}",
              "-" if m["trials_to_match_vs_reference"] is None else f"{m['trials_to_match_vs_reference']:.3f}",

@@ -22,6 +22,10 @@ InventoryOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", envvar="EDGETUNE_CLUSTER", show_envvar=True, metavar="HOST:PORT",
+    help="Build (and sweep exhaustive logs) on the Ray cluster whose head is at HOST:PORT (`edgetune cluster "
+         "start`; this machine must be one of its nodes). Default: worker processes on this machine.")]
 
 
 def check_folder(path: Path, flag: str) -> None:

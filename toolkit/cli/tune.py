@@ -12,7 +12,7 @@ import typer
 from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.tune_network import tune_model_command
-from toolkit.cli.options import (BoardOpt, CheckOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
+from toolkit.cli.options import (BoardOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
                                  MinRepeatMsOpt, ModelOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt,
                                  SchedulerOpt, SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt,
                                  TvmCompatOpt, VtaConfigOpt, WaitBoardOpt, board_from, check_folder,
@@ -26,6 +26,8 @@ from toolkit.tuning.tuners.base import DEFAULT_TUNER, make_tuner, tuner_class, t
 from toolkit.workloads import parse_workload
 from toolkit.backends import make_task
 from toolkit.runs import budget, transfer_options
+from toolkit.cluster.builder import make_builder
+from toolkit.cluster.nodes import cluster_address
 
 
 def _since_start() -> float:
@@ -92,6 +94,7 @@ def tune(
     round_trials: RoundTrialsOpt = 32,
     input_shape: InputShapeOpt = "1,3,224,224",
     first_conv: FirstConvOpt = "cpu",
+    cluster: ClusterOpt = None,
 ) -> None:
     """Tune one conv2d workload (or, with --model, a whole network) on one board; every trial is logged.
 
@@ -113,7 +116,7 @@ def tune(
                                   check=check, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                   timeout=timeout, tracker=tracker, wait_board=wait_board, scheduler=scheduler,
                                   round_trials=round_trials, input_shape=input_shape, first_conv=first_conv,
-                                  inventory=inventory, json=json)
+                                  inventory=inventory, json=json, cluster=cluster)
     brd = board_from(board, inventory, vta_config)
     options = template_options(brd, tvm_compat)
     if more is not None:
@@ -128,6 +131,8 @@ def tune(
     if not brd.profile.is_simulator:
         console.waiting(f"reaching board {brd.name} through its RPC tracker (a built-in board starts its own: "
                         "seconds)")
+    cluster = cluster_address(cluster)
+    builder = make_builder(task.backend, brd, cluster) if cluster else None
     runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
     runner.on_wait = console.warn
     with console.progress() as bar:
@@ -138,9 +143,12 @@ def tune(
 
         try:
             summary = run_tune(task, tuner_obj, trials, log=log_path, resume=resume, early_stopping=early_stopping,
-                               runner=runner, callback=on_batch, time_budget_s=time_budget, measure_options=measure)
+                               runner=runner, builder=builder, callback=on_batch, time_budget_s=time_budget,
+                               measure_options=measure)
         finally:
             runner.close()
+            if builder is not None:
+                builder.close()
         bar.update(bar_id, completed=summary.trials, status=_status(summary))
     if summary.resumed >= trials:
         console.warn(f"{log_path} already holds {summary.resumed} trials and --trials {trials} counts them: nothing was tuned; "

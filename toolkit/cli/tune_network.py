@@ -13,12 +13,14 @@ import typer
 from toolkit import console
 from toolkit.boards import Board
 from toolkit.cli.app import app
-from toolkit.cli.options import (BoardOpt, CheckOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
+from toolkit.cli.options import (BoardOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
                                  MinRepeatMsOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt, SchedulerOpt,
                                  SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt, TvmCompatOpt,
                                  VtaConfigOpt, WaitBoardOpt, board_from, parse_options,
                                  template_options)
 from toolkit.runs import transfer_options
+from toolkit.cluster.builder import make_builder
+from toolkit.cluster.nodes import cluster_address
 from toolkit.tuning.tuners.base import DEFAULT_TUNER
 from toolkit.workloads.extract import load_network, parse_input_shape
 from toolkit.backends import backend_for, network_tasks
@@ -61,6 +63,7 @@ def tune_model_command(
     first_conv: FirstConvOpt = "cpu",
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Tune every conv2d of a whole network on one board with one budget and one log (Ansor's task scheduler).
 
@@ -73,15 +76,16 @@ def tune_model_command(
                log=log, resume=resume, seed=seed, template_options=template_options(brd, tvm_compat),
                measure=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout,
                                       check=check),
-               tracker=tracker, wait_s=wait_board, json=json)
+               tracker=tracker, wait_s=wait_board, json=json, cluster=cluster_address(cluster))
 
 
 def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_options: dict[str, Any],
                scheduler: str, round_trials: int, input_shape: str, first_conv: str, log: Path | None,
                resume: bool, seed: int, template_options: dict[str, Any], measure: MeasureOptions,
-               tracker: str | None, wait_s: float, json: bool) -> None:
+               tracker: str | None, wait_s: float, json: bool, cluster: str | None = None) -> None:
     """Plan the network's tasks for ``board``, tune them (``measure``: how each config is timed, on the board
-    reached through ``tracker``), print the per-task table and the total."""
+    reached through ``tracker``; builds on the Ray cluster at ``cluster`` when given), print the per-task table
+    and the total."""
     console.waiting(f"reading the convs of model {model} for input {input_shape} (seconds for a traced model)")
     net = load_network(model, parse_input_shape(input_shape))
     plan, tasks = network_tasks(net, board, first_conv=first_conv, **template_options)
@@ -91,7 +95,8 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
     if not board.profile.is_simulator:
         console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its own: "
                         "seconds)")
-    builder, runner = backend.default_builder(board), backend.make_runner(board, tracker=tracker, wait_s=wait_s)
+    builder = make_builder(backend, board, cluster)
+    runner = backend.make_runner(board, tracker=tracker, wait_s=wait_s)
     runner.on_wait = console.warn
     with console.progress() as bar:
         bar_id = bar.add_task(f"{net.name} ({len(plan.tasks)} tasks, {scheduler})", total=trials, status="")

@@ -96,15 +96,21 @@ def set_aside_if_stale(task: Task, cache: MeasurementCache) -> bool:
                   "not replayed", StaleCacheWarning, stacklevel=3)
     return True
 
-def exhaustive_cache(task: Task, path: str | Path,
-                     callback: Callable[[int, int], None] | None = None) -> MeasurementCache:
+def exhaustive_cache(task: Task, path: str | Path, callback: Callable[[int, int], None] | None = None,
+                     cluster: str | None = None) -> MeasurementCache:
     """The exhaustive cache of ``task`` at ``path``: measured with the simulator (a ``grid`` run,
-    resuming a partial log); a log already there that the current backend no longer reproduces
-    (:func:`stale_configs`) is set aside first (:func:`set_aside_if_stale`) and the space measured again."""
+    resuming a partial log; on the Ray cluster at ``cluster`` when given: :func:`toolkit.cluster.sweep.sweep`);
+    a log already there that the current backend no longer reproduces (:func:`stale_configs`) is set aside first
+    (:func:`set_aside_if_stale`) and the space measured again."""
     path = Path(path)
     if path.exists() and _read_header(path) is not None:
         set_aside_if_stale(task, MeasurementCache.from_log(path))
     path.parent.mkdir(parents=True, exist_ok=True)
+    if cluster is not None:
+        from toolkit.cluster.sweep import sweep
+
+        sweep(task, path, cluster, callback=callback)
+        return MeasurementCache.from_log(path)
     tune(task, make_tuner("grid"), task.space.size, log=path, resume=True, measure_options=MeasureOptions(),
          callback=(lambda s, _: callback(s.trials, task.space.size)) if callback else None)
     return MeasurementCache.from_log(path)
@@ -119,10 +125,10 @@ def cache_path(task: Task, cache_dir: str | Path) -> Path:
     tags = "".join(f"-{name.split('_')[0]}" for name, on in sorted(task.template.options.items()) if on is True)
     return Path(cache_dir) / f"{task.board.name}{tags}" / f"{label}.jsonl"
 
-def ensure_cache(task: Task, cache_dirs: Sequence[str | Path],
-                 callback: Callable[[int, int], None] | None = None) -> MeasurementCache:
+def ensure_cache(task: Task, cache_dirs: Sequence[str | Path], callback: Callable[[int, int], None] | None = None,
+                 cluster: str | None = None) -> MeasurementCache:
     """The exhaustive cache of ``task`` from ``cache_dirs``, else measure the whole space (a ``grid``
-    log, resumable) into the first directory. Only simulator boards can be enumerated; their caches
+    log, resumable; on the Ray cluster at ``cluster`` when given) into the first directory. Only simulator boards can be enumerated; their caches
     are checked against the current simulator first (a stale one is set aside, :func:`stale_configs`)."""
     found = find_cache(task, cache_dirs)
     while found is not None and task.board.profile.is_simulator and set_aside_if_stale(task, found):
@@ -132,7 +138,8 @@ def ensure_cache(task: Task, cache_dirs: Sequence[str | Path],
     if not task.board.profile.is_simulator:
         raise ConfigError(f"board {task.board.name!r} is measured on hardware; replay needs an exhaustive log of "
                           f"{task.workload.label} in --cache-dir, or pass --no-replay")
-    return exhaustive_cache(task, cache_path(task, cache_dirs[0] if cache_dirs else DEFAULT_CACHE_DIR), callback)
+    return exhaustive_cache(task, cache_path(task, cache_dirs[0] if cache_dirs else DEFAULT_CACHE_DIR), callback,
+                            cluster)
 
 class CompileReplayBuilder(ReplayBuilder):
     """A :class:`ReplayBuilder` whose artifacts carry only the features a real build returns.

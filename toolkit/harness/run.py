@@ -54,7 +54,7 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
               checkpoint: Callable[[BenchResult], None] | None = None,
               previous: BenchResult | None = None,
               variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
-              stop_at_optimum: bool = False) -> BenchResult:
+              stop_at_optimum: bool = False, cluster: str | None = None) -> BenchResult:
     """Run every tuner on every workload with every seed (``trials`` each) and summarise.
 
     Inside each (workload, seed) block the tuners run one after another, starting with a
@@ -66,7 +66,8 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
     (workload, tuner, seed) runs are run. ``variants`` names tuners with options: a label in ``tuners``
     found there runs ``(tuner name, options)`` (options may hold objects, e.g. a transfer model). With
     ``stop_at_optimum`` (replay only) a run ends at the space's optimum (``stopped="target"``): its best can
-    no longer change, so figures over the budget hold the optimum from there on.
+    no longer change, so figures over the budget hold the optimum from there on. ``cluster`` (a Ray head's
+    ``HOST:PORT``) builds missing exhaustive logs, and live runs' configs, on that cluster.
     """
     tuners = list(dict.fromkeys(tuners))
     if not tuners:
@@ -94,7 +95,7 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
     try:
         for wi, wl in enumerate(workloads):
             _bench_workload(result, board, wl, wi, tuners, trials, seeds, template_options, replay, cache_dirs,
-                            tuner_options or {}, live, progress, total, done, variants, stop_at_optimum,
+                            tuner_options or {}, live, progress, total, done, variants, stop_at_optimum, cluster,
                             (lambda: checkpoint(_with_pending(_finish(result, tuners, reference), previous)))
                             if checkpoint else None)
     finally:
@@ -106,7 +107,7 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
                     trials: int, seeds: int, template_options: dict[str, Any], replay: bool,
                     cache_dirs: Sequence[str | Path], tuner_options: dict[str, Any], live: Runner | None,
                     progress: Progress | None, total: int, done: dict[tuple[str, str, int], BenchRun],
-                    variants: dict[str, tuple[str, dict[str, Any]]], stop_at_optimum: bool,
+                    variants: dict[str, tuple[str, dict[str, Any]]], stop_at_optimum: bool, cluster: str | None,
                     after_run: Callable[[], None] | None) -> None:
     """Every seed and tuner on one workload, appended to ``result`` (runs in ``done`` are reused)."""
     task = make_task(wl, board, **template_options)
@@ -114,12 +115,16 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
     builder, runner = None, live
     if replay:
         cache = ensure_cache(task, list(cache_dirs),
-                             (lambda d, n: progress(f"cache {wl.label}", d, n)) if progress else None)
+                             (lambda d, n: progress(f"cache {wl.label}", d, n)) if progress else None, cluster)
         best = cache.best()
         info.update(optimum=best.seconds if best else None, optimum_index=best.index if best else None,
                     cache=str(cache.path))
         builder, runner = CompileReplayBuilder.for_task(task, cache), CachedRunner(cache)
     else:
+        if cluster is not None:
+            from toolkit.cluster.builder import RayBuilder
+
+            builder = RayBuilder.like(task.backend.default_builder(board), cluster)
         found = find_cache(task, list(cache_dirs)) if board.profile.is_simulator else None
         if found is not None and found.best() is not None:
             info.update(optimum=found.best().seconds, optimum_index=found.best().index, cache=str(found.path))

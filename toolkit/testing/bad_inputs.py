@@ -301,7 +301,12 @@ CASES: list[Case] = [
     Case("board provision: a relative --remote-dir", ("board", "provision", "p", "--dry-run", "--remote-dir",
                                                       "rel/dir"), "--remote-dir", files={INVENTORY: PI}),
     Case("board provision: an unknown board", ("board", "provision", "nosuch", "--dry-run"), "unknown board"),
-    # -- tracker, bitstreams ---------------------------------------------------------------------------------------
+    # -- tracker, cluster, bitstreams ------------------------------------------------------------------------------
+    Case("tune: --cluster that is no HOST:PORT", ("tune", "-w", SMALL, "-n", "1", "--cluster", "nohost"),
+         "HOST:PORT"),
+    Case("tune: --cluster where no head answers", ("tune", "-w", SMALL, "-n", "1", "--cluster", "127.0.0.1:1"),
+         "no Ray head answers"),
+    Case("cluster join: an address that is no HOST:PORT", ("cluster", "join", "host:port", "--expose"), "HOST:PORT"),
     Case("tracker start: port 70000", ("tracker", "start", "--port", "70000"), "port"),
     Case("tracker start: port -1", ("tracker", "start", "--port", "-1"), "port"),
     Case("bitstream add: a missing file", ("bitstream", "add", "nosuch.bit", "--target", "pynq", "--hw-ver",
