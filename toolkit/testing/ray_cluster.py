@@ -116,10 +116,10 @@ class TestCluster:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def _free_slot() -> int:
-    taken = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+def _claim_slot() -> int:
+    """A slot whose head namespace this call created (``ip netns add`` fails on a taken name: no race)."""
     for n in range(1, 250):
-        if f"etr{n}h" not in taken and f"etr{n}w" not in taken:
+        if subprocess.run(["ip", "netns", "add", f"etr{n}h"], capture_output=True).returncode == 0:
             return n
     raise ClusterUnavailable("no free slot for a test cluster (250 running?)")
 
@@ -129,12 +129,12 @@ def make_cluster() -> TestCluster:
     why = available()
     if why:
         raise ClusterUnavailable(why)
-    c = TestCluster(_free_slot(), Path(tempfile.mkdtemp(prefix="edgetune-cluster-")))
+    c = TestCluster(_claim_slot(), Path(tempfile.mkdtemp(prefix="edgetune-cluster-")))
     for node in ("head", "worker"):
         (c.work / node).mkdir()
     h, w = c.netns("head"), c.netns("worker")
     try:
-        for argv in (["ip", "netns", "add", h], ["ip", "netns", "add", w],
+        for argv in (["ip", "netns", "add", w],
                      ["ip", "link", "add", f"{h}v", "type", "veth", "peer", "name", f"{w}v"],
                      ["ip", "link", "set", f"{h}v", "netns", h], ["ip", "link", "set", f"{w}v", "netns", w],
                      ["ip", "netns", "exec", h, "ip", "addr", "add", f"{c.ip('head')}/24", "dev", f"{h}v"],
