@@ -82,6 +82,10 @@ SchedulerOpt = Annotated[str, typer.Option(
     help="Whole network: task scheduler, gradient (Ansor) or round-robin.", rich_help_panel=_NETWORK)]
 RoundTrialsOpt = Annotated[int, typer.Option(
     "--round-trials", min=1, help="Whole network: trials per scheduler round.", rich_help_panel=_NETWORK)]
+BoardsOpt = Annotated[int, typer.Option(
+    "--boards", min=1, help="Whole network: tune on this many boards of the type at once (boards behind the "
+                            "tracker under the board's RPC key), one task per board at a time; one log.",
+    rich_help_panel=_NETWORK)]
 FirstConvOpt = Annotated[str, typer.Option(
     "--first-conv", help="Whole network on VTA: 'cpu' leaves the first conv on the CPU (as TVM), 'pad' pads it to "
                          "16 channels.", rich_help_panel=_NETWORK)]

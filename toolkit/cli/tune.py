@@ -12,7 +12,7 @@ import typer
 from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.tune_network import tune_model_command
-from toolkit.cli.options import (BoardOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
+from toolkit.cli.options import (BoardOpt, BoardsOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
                                  MinRepeatMsOpt, ModelOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt,
                                  SchedulerOpt, SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt,
                                  TvmCompatOpt, VtaConfigOpt, WaitBoardOpt, board_from, check_folder,
@@ -95,6 +95,7 @@ def tune(
     input_shape: InputShapeOpt = "1,3,224,224",
     first_conv: FirstConvOpt = "cpu",
     cluster: ClusterOpt = None,
+    boards: BoardsOpt = 1,
 ) -> None:
     """Tune one conv2d workload (or, with --model, a whole network) on one board; every trial is logged.
 
@@ -116,7 +117,9 @@ def tune(
                                   check=check, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                   timeout=timeout, tracker=tracker, wait_board=wait_board, scheduler=scheduler,
                                   round_trials=round_trials, input_shape=input_shape, first_conv=first_conv,
-                                  inventory=inventory, json=json, cluster=cluster)
+                                  inventory=inventory, json=json, cluster=cluster, boards=boards)
+    if boards > 1:
+        raise ConfigError("--boards tunes a whole network's tasks on several boards at once; give --model")
     brd = board_from(board, inventory, vta_config)
     options = template_options(brd, tvm_compat)
     if more is not None:

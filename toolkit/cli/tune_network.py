@@ -13,11 +13,12 @@ import typer
 from toolkit import console
 from toolkit.boards import Board
 from toolkit.cli.app import app
-from toolkit.cli.options import (BoardOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
-                                 MinRepeatMsOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt, SchedulerOpt,
+from toolkit.cli.options import (BoardOpt, BoardsOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt,
+                                 JsonOpt, MinRepeatMsOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt, SchedulerOpt,
                                  SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt, TvmCompatOpt,
-                                 VtaConfigOpt, WaitBoardOpt, board_from, parse_options,
-                                 template_options)
+                                 VtaConfigOpt, WaitBoardOpt, board_from, parse_options, template_options)
+from toolkit.errors import ConfigError
+from toolkit.rpc.service import boards_under_key
 from toolkit.runs import transfer_options
 from toolkit.cluster.builder import make_builder
 from toolkit.cluster.nodes import cluster_address
@@ -64,6 +65,7 @@ def tune_model_command(
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
     cluster: ClusterOpt = None,
+    boards: BoardsOpt = 1,
 ) -> None:
     """Tune every conv2d of a whole network on one board with one budget and one log (Ansor's task scheduler).
 
@@ -76,16 +78,16 @@ def tune_model_command(
                log=log, resume=resume, seed=seed, template_options=template_options(brd, tvm_compat),
                measure=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout,
                                       check=check),
-               tracker=tracker, wait_s=wait_board, json=json, cluster=cluster_address(cluster))
+               tracker=tracker, wait_s=wait_board, json=json, cluster=cluster_address(cluster), boards=boards)
 
 
 def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_options: dict[str, Any],
                scheduler: str, round_trials: int, input_shape: str, first_conv: str, log: Path | None,
                resume: bool, seed: int, template_options: dict[str, Any], measure: MeasureOptions,
-               tracker: str | None, wait_s: float, json: bool, cluster: str | None = None) -> None:
-    """Plan the network's tasks for ``board``, tune them (``measure``: how each config is timed, on the board
-    reached through ``tracker``; builds on the Ray cluster at ``cluster`` when given), print the per-task table
-    and the total."""
+               tracker: str | None, wait_s: float, json: bool, cluster: str | None = None, boards: int = 1) -> None:
+    """Plan the network's tasks for ``board``, tune them (``measure``: how each config is timed, on ``boards``
+    boards of its type reached through ``tracker``; builds on the Ray cluster at ``cluster`` when given), print the
+    per-task table and the total."""
     console.waiting(f"reading the convs of model {model} for input {input_shape} (seconds for a traced model)")
     net = load_network(model, parse_input_shape(input_shape))
     plan, tasks = network_tasks(net, board, first_conv=first_conv, **template_options)
@@ -95,23 +97,35 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
     if not board.profile.is_simulator:
         console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its own: "
                         "seconds)")
-    builder = make_builder(backend, board, cluster)
-    runner = backend.make_runner(board, tracker=tracker, wait_s=wait_s)
-    runner.on_wait = console.warn
-    with console.progress() as bar:
-        bar_id = bar.add_task(f"{net.name} ({len(plan.tasks)} tasks, {scheduler})", total=trials, status="")
+    if boards > 1 and not board.profile.is_simulator:
+        if board.entry is None or not board.entry.host:
+            raise ConfigError(f"--boards {boards}: the built-in board {board.name} is one board; register boards "
+                              "of one type under one RPC key (`edgetune board add --rpc-key`) and tune one of them")
+        found = boards_under_key(board.name, board.rpc_key, tracker)
+        if found < boards:
+            raise ConfigError(f"--boards {boards}: the tracker holds {found} board(s) under key {board.rpc_key!r}; "
+                              "provision more boards of the type under that key or lower --boards")
+    lanes = []
+    try:
+        for _ in range(boards):
+            lanes.append((make_builder(backend, board, cluster), backend.make_runner(board, tracker=tracker,
+                                                                                      wait_s=wait_s)))
+            lanes[-1][1].on_wait = console.warn
+        with console.progress() as bar:
+            bar_id = bar.add_task(f"{net.name} ({len(plan.tasks)} tasks, {scheduler})", total=trials, status="")
 
-        def on_round(s: NetworkSummary) -> None:
-            bar.update(bar_id, completed=s.trials, status=f"total {_ms(s.total_seconds)} ms")
+            def on_round(s: NetworkSummary) -> None:
+                bar.update(bar_id, completed=s.trials, status=f"total {_ms(s.total_seconds)} ms")
 
-        try:
             summary = tune_network(plan, tasks, tuner, trials, scheduler=sched, log=log_path, resume=resume,
-                                   tuner_options=tuner_options, seed=seed, measure_with=lambda task: (builder, runner),
-                                   measure_options=measure, callback=on_round)
-        finally:
+                                   tuner_options=tuner_options, seed=seed, lanes=lanes, measure_options=measure,
+                                   callback=on_round, on_lane_lost=lambda k, exc: console.warn(
+                                       f"board {k + 1} of {boards} lost ({exc}); the others go on"))
+            on_round(summary)
+    finally:
+        for builder, runner in lanes:
             runner.close()
             builder.close()
-        on_round(summary)
     if json:
         console.print_json(summary.to_json())
         return

@@ -112,3 +112,10 @@ def board_tracker_address(board_name: str, tracker: tuple[str, int] | str | None
         if state:
             return state["tracker"][0], int(state["tracker"][1])
     return tracker_address(tracker)
+
+
+def boards_under_key(board_name: str, rpc_key: str, tracker: tuple[str, int] | str | None = None) -> int:
+    """How many boards (RPC servers) the board's tracker holds under ``rpc_key``, busy or free."""
+    host, port = board_tracker_address(board_name, tracker)
+    servers = tracker_summary(host, port).get("server_info", [])
+    return sum(1 for s in servers if s.get("key") == f"server:{rpc_key}")

@@ -23,21 +23,27 @@ def one_line_error(result: Any, code: int = 2) -> str:
 
 
 @contextlib.contextmanager
-def sim_agent(host: str, port: int, key: str, name: str, log: Path, timeout_s: float = 60.0) -> Iterator[None]:
+def sim_agent(host: str, port: int, key: str, name: str, log: Path,
+              timeout_s: float = 60.0) -> Iterator[subprocess.Popen]:
     """A board agent (``--executor fsim``) registered with the tracker at ``host:port`` under ``key``, its
-    output in ``log``; stopped (its process group) on exit."""
+    output in ``log`` (the context gives its process, the leader of its group); stopped (its group) on exit."""
     from toolkit.rpc.tracker import tracker_summary
 
+    def registered() -> int:
+        return sum(s.get("key") == f"server:{key}" for s in tracker_summary(host, port).get("server_info", []))
+
+    before = registered()
     with open(log, "w") as out:
         agent = subprocess.Popen([sys.executable, "-m", "toolkit.rpc.agent", "--tracker", f"{host}:{port}", "--key",
                                   key, "--executor", "fsim", "--name", name], stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
     try:
         deadline = time.monotonic() + timeout_s
-        while not any(s.get("key") == f"server:{key}" for s in tracker_summary(host, port).get("server_info", [])):
+        while registered() <= before:
             assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        yield
+        yield agent
     finally:
-        os.killpg(agent.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()

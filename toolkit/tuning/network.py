@@ -20,12 +20,13 @@ budget counts the restored trials, as :func:`~toolkit.tuning.session.tune` does.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from toolkit.errors import LogError
+from toolkit.errors import BoardError, ConfigError, LogError
 from toolkit.workloads.networks import TaskPlan
 from toolkit.tuning.session import Session, TuneSummary
 from toolkit.tuning.core.builder import Builder
@@ -132,14 +133,20 @@ def network_description(plan: TaskPlan, tasks: Sequence[Task]) -> dict[str, Any]
 
 def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[int], Tuner], n_trials: int, *,
                  scheduler: TaskScheduler, log: str | Path | None = None, resume: bool = False,
-                 measure_with: MeasureWith | None = None,
+                 measure_with: MeasureWith | None = None, lanes: Sequence[tuple[Builder, Runner]] | None = None,
                  measure_options: MeasureOptions | None = None, tuner_options: dict[str, Any] | None = None,
-                 seed: int = 0, callback: Callable[[NetworkSummary], None] | None = None) -> NetworkSummary:
-    """Tune ``tasks`` (one per task of ``plan``, on one board: :func:`toolkit.backends.network_tasks`)
+                 seed: int = 0, callback: Callable[[NetworkSummary], None] | None = None,
+                 on_lane_lost: Callable[[int, BaseException], None] | None = None) -> NetworkSummary:
+    """Tune ``tasks`` (one per task of ``plan``, on one board type: :func:`toolkit.backends.network_tasks`)
     with ``n_trials`` trials in all (see the module docstring).
 
     ``tuner`` is a registered tuner name (task ``i`` gets seed ``seed + i``) or a factory
-    ``i -> Tuner``. ``callback`` runs after each round.
+    ``i -> Tuner``. ``callback`` runs after each round. ``lanes`` (one builder and runner per board, e.g. each
+    runner holding one of several boards behind the tracker) tunes that many tasks at once, one round of one task
+    per lane, in threads; the scheduler never gives a task to two lanes. A lane whose board is lost for good
+    (:class:`~toolkit.errors.BoardError`) stops, ``on_lane_lost(lane, error)`` is told, and the others go on; when
+    the last one stops, its error is raised. Without ``lanes``, ``measure_with`` gives each task its builder and
+    runner (default: the board's, shared).
     """
     if n_trials < 0:
         raise LogError(f"the number of trials must be >= 0, got {n_trials}")
@@ -148,6 +155,9 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
                        f"({'; '.join(f'{n}: {r}' for n, r in plan.skipped)})")
     if len(tasks) != len(plan.tasks):
         raise LogError(f"network {plan.network.name} has {len(plan.tasks)} tasks; {len(tasks)} were given")
+    if lanes is not None and (not lanes or measure_with is not None):
+        raise ConfigError("give lanes (one builder and runner per board) or measure_with, not both; and at least "
+                          "one lane")
     t_start = time.perf_counter()
     board = tasks[0].board
     factory = tuner if callable(tuner) else (lambda i: make_tuner(tuner, seed=seed + i, **(tuner_options or {})))
@@ -158,7 +168,7 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
                              log=str(log) if log else None)
 
     journal, earlier = open_journal(log, network_description(plan, tasks), resume=resume)
-    own = measure_with is None
+    own = measure_with is None and lanes is None
     shared = (tasks[0].backend.default_builder(board), tasks[0].backend.make_runner(board)) if own else None
     try:
         position = {t.workload: i for i, t in enumerate(tasks)}    # workloads compare by shape, not name
@@ -181,43 +191,18 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
                 outcomes[i].exhausted = True
                 scheduler.exhausted.add(i)
         network_model = _network_transfer(tuners, tasks[0], seed)
-        given: list[Any] = [None] * len(tasks)
         if network_model is not None:
             for i, hist in enumerate(history):
                 network_model.add(i, hist)
-        pairs = [shared or measure_with(task) for task in tasks]  # type: ignore[misc]
-        sessions = [Session(task, tuners[i], builder=pairs[i][0], runner=pairs[i][1], measure_options=measure_options)
+        pairs = None if lanes is not None else [shared or measure_with(task) for task in tasks]  # type: ignore[misc]
+        lanes = list(lanes) if lanes is not None else [None]   # type: ignore[list-item]
+        first = pairs[0] if pairs else lanes[0]
+        sessions = [Session(task, tuners[i], builder=(pairs[i] if pairs else first)[0],
+                            runner=(pairs[i] if pairs else first)[1], measure_options=measure_options)
                     for i, task in enumerate(tasks)]     # one per task: its tuner lives across rounds
-
-        while summary.trials < n_trials:
-            i = scheduler.next_task()
-            if i is None:
-                break
-            n = min(scheduler.trials_per_round, n_trials - summary.trials)
-            out = outcomes[i]
-            desc = tasks[i].describe()
-
-            def record(first: int, results: Sequence[MeasureResult], desc: dict = desc, k: int = i) -> None:
-                if journal is not None:   # the task's summary has counted them already: trials first, first + 1 ...
-                    for j, r in enumerate(results):
-                        journal.append(Record.from_result(r, trial=first + j, tuner=summary.tuner, task=desc))
-                if network_model is not None:
-                    network_model.add(k, results)
-
-            before = out.trials
-            if not sessions[i].started:
-                sessions[i].start(history[i])
-            if network_model is not None and (model := network_model.current()) is not given[i]:
-                tuners[i].use_transfer(model)
-                given[i] = model
-            out.summary.stopped = "budget"
-            sessions[i].run(before + n, out.summary, record=record)
-            exhausted = out.summary.stopped == "exhausted" or out.trials >= tasks[i].space.size
-            out.exhausted = exhausted
-            scheduler.update(i, out.trials - before, out.best_seconds, exhausted=exhausted)
-            summary.curve.append((summary.trials, summary.total_seconds))
-            if callback is not None:
-                callback(summary)
+        rounds = _Rounds(summary, outcomes, tasks, sessions, scheduler, n_trials, journal, network_model, history,
+                         callback)
+        rounds.run([(lambda i, lane=lane: pairs[i] if pairs else lane) for lane in lanes], on_lane_lost)
     finally:
         if journal is not None:
             journal.close()
@@ -226,3 +211,122 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
             shared[1].close()
         summary.wall_s = time.perf_counter() - t_start
     return summary
+
+
+class _Rounds:
+    """The rounds of one network tune, handed out to lanes (one lane: in this thread; several: one thread each).
+
+    Under one lock: the scheduler's choice (a task goes to one lane at a time: ``scheduler.busy``), the trials
+    reserved by rounds in flight, the journal and the network's transfer model, the summary's curve.
+    """
+
+    def __init__(self, summary: NetworkSummary, outcomes: list[TaskOutcome], tasks: Sequence[Task],
+                 sessions: list[Session], scheduler: TaskScheduler, n_trials: int, journal: Any,
+                 network_model: GrowingTransfer | None, history: list[list[MeasureResult]],
+                 callback: Callable[[NetworkSummary], None] | None) -> None:
+        self.summary, self.outcomes, self.tasks, self.sessions = summary, outcomes, tasks, sessions
+        self.scheduler, self.n_trials, self.journal, self.network_model = scheduler, n_trials, journal, network_model
+        self.history, self.callback = history, callback
+        self.given: list[Any] = [None] * len(tasks)
+        self.cond = threading.Condition()
+        self.reserved = 0
+        self.stop: BaseException | None = None
+
+    def run(self, lanes: list[Callable[[int], tuple[Builder, Runner]]],
+            on_lane_lost: Callable[[int, BaseException], None] | None) -> None:
+        if len(lanes) == 1:
+            self._lane(lanes[0])
+            return
+        lost: list[BaseException] = []
+
+        def work(k: int) -> None:
+            try:
+                self._lane(lanes[k])
+            except BoardError as exc:     # this board is gone: the others go on
+                lost.append(exc)
+                if on_lane_lost is not None:
+                    on_lane_lost(k, exc)
+            except BaseException as exc:  # noqa: BLE001 - anything else ends the run, raised in the caller
+                with self.cond:
+                    self.stop = self.stop or exc
+            finally:
+                with self.cond:
+                    self.cond.notify_all()
+
+        threads = [threading.Thread(target=work, args=(k,), name=f"lane-{k}", daemon=True) for k in range(len(lanes))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if self.stop is not None:
+            raise self.stop
+        if len(lost) == len(lanes) and self.summary.trials < self.n_trials and not self._done():
+            raise lost[-1]
+
+    def _done(self) -> bool:
+        return all(i in self.scheduler.exhausted for i in range(len(self.tasks)))
+
+    def _take(self) -> tuple[int, int] | None:
+        """The next round (task, trials) for a lane, waiting while every task left is busy; ``None``: done."""
+        with self.cond:
+            while self.stop is None:
+                left = self.n_trials - self.summary.trials - self.reserved
+                if left <= 0:
+                    return None
+                i = self.scheduler.next_task()
+                if i is not None:
+                    n = min(self.scheduler.trials_per_round, left)
+                    self.scheduler.busy.add(i)
+                    self.reserved += n
+                    return i, n
+                if not self.scheduler.busy:
+                    return None           # every task exhausted
+                self.cond.wait()
+            return None
+
+    def _lane(self, pair_for: Callable[[int], tuple[Builder, Runner]]) -> None:
+        while (got := self._take()) is not None:
+            i, n = got
+            try:
+                self._round(i, n, pair_for(i))
+            finally:
+                with self.cond:
+                    self.scheduler.busy.discard(i)
+                    self.reserved -= n
+                    self.cond.notify_all()
+
+    def _round(self, i: int, n: int, pair: tuple[Builder, Runner]) -> None:
+        out, session, desc = self.outcomes[i], self.sessions[i], self.tasks[i].describe()
+
+        def record(first: int, results: Sequence[MeasureResult]) -> None:
+            with self.cond:          # trials first, first + 1 ... of the task: its summary counted them already
+                if self.journal is not None:
+                    for j, r in enumerate(results):
+                        self.journal.append(Record.from_result(r, trial=first + j, tuner=self.summary.tuner,
+                                                               task=desc))
+                if self.network_model is not None:
+                    self.network_model.add(i, results)
+
+        session.builder, session.runner = pair
+        before = out.trials
+        if not session.started:
+            session.start(self.history[i])
+        if self.network_model is not None:
+            with self.cond:
+                model = self.network_model.current()
+            if model is not self.given[i]:
+                self._give(i, model)
+        out.summary.stopped = "budget"
+        session.run(before + n, out.summary, record=record)
+        exhausted = out.summary.stopped == "exhausted" or out.trials >= self.tasks[i].space.size
+        with self.cond:
+            out.exhausted = exhausted
+            self.scheduler.update(i, out.trials - before, out.best_seconds, exhausted=exhausted)
+            self.summary.curve.append((self.summary.trials, self.summary.total_seconds))
+            if self.callback is not None:
+                self.callback(self.summary)
+
+    def _give(self, i: int, model: Any) -> None:
+        """Give task ``i``'s tuner the network's current transfer model."""
+        self.sessions[i].tuner.use_transfer(model)
+        self.given[i] = model

@@ -60,15 +60,16 @@ class TaskScheduler(abc.ABC):
         self.best = np.full(n, math.inf)
         self.history: list[list[float]] = [[] for _ in range(n)]
         self.exhausted: set[int] = set()
+        self.busy: set[int] = set()
 
     @property
     def live(self) -> list[int]:
-        """Tasks that still have configurations to try."""
-        return [i for i in range(len(self.weights)) if i not in self.exhausted]
+        """Tasks that still have configurations to try and are not being tuned (``busy``: on another board)."""
+        return [i for i in range(len(self.weights)) if i not in self.exhausted and i not in self.busy]
 
     @abc.abstractmethod
     def next_task(self) -> int | None:
-        """The task for the next round; ``None`` when every task is exhausted."""
+        """The task for the next round; ``None`` when every task is exhausted or busy."""
 
     def update(self, task: int, n_trials: int, best_seconds: float, exhausted: bool = False) -> None:
         """Record one round of ``task``: trials spent, its best latency so far, whether its space is used up."""

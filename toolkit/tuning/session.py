@@ -178,13 +178,13 @@ class Session:
 
     def start(self, history: Sequence[MeasureResult] = ()) -> float:
         """Set the tuner up and give it ``history`` (earlier trials, never measured again); the tuner's seconds."""
-        task, builder = self.task, self.builder
+        task = self.task
 
         def compile_features(indices: Sequence[int]) -> list[dict[str, float] | MeasureResult]:
-            return builder.features(task.template, [task.space.get(i) for i in indices])
+            return self.builder.features(task.template, [task.space.get(i) for i in indices])
 
         ctx = TuningContext(space=task.space, compile_features=compile_features,
-                            n_parallel=max(1, builder.n_parallel),
+                            n_parallel=max(1, self.builder.n_parallel),
                             flops=float(task.flops), task=task.describe(),
                             pretrained=lambda: task.backend.pretrained_transfer(task.board.profile))
         t0 = time.perf_counter()
