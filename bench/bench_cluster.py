@@ -142,8 +142,7 @@ def section(r: dict[str, Any]) -> str:
         "(one per layer, several drivers) are the way on. Builds of the CPU template take about 1 s each, so their "
         "driver limit is far away: the cluster then scales with its CPUs, and the boards that measure (one "
         "measurement at a time per board, through the tracker) become the limit.", "",
-        "Not measured here: whole-network tuning over several boards at once (a network's tasks still run on one "
-        "board at a time).", "",
+        "Whole-network tuning on several boards at once: section \"Several boards at once\".", "",
     ]
     return "\n".join(lines)
 
