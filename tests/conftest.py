@@ -28,13 +28,3 @@ def known_hosts(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     return path
 
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist (``make test`` runs two workers), a module whose tests share a module-scoped fixture of
-    its own (a tracker, a cluster, the bad-input runs) runs in one worker, so the fixture is set up once."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        module = item.nodeid.split("::")[0]
-        if any(d[-1].scope == "module" and d[-1].baseid == module for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(module))

@@ -144,6 +144,9 @@ def test_head_lost_mid_run_says_so_and_resume_continues(cluster: Cluster) -> Non
     assert after[:len(before)] == before and len(after) == len(before) + 16 == len(set(after))
 
 
+SWEPT = "conv2d:H=8,W=8,CI=32,CO=32,K=3,S=1,P=1"
+"""A layer of 256 configs: the sweep outlives the worker node killed after its first round."""
+
 SWEEP = textwrap.dedent('''
     import json, os, signal, sys
     from toolkit.backends import make_task
@@ -151,7 +154,7 @@ SWEEP = textwrap.dedent('''
     from toolkit.cluster.sweep import sweep
     from toolkit.workloads import parse_workload
 
-    task = make_task(parse_workload("resnet18.C11"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload(sys.argv[3]), resolve_board("vta-fsim"))
     worker_pgid = int(sys.argv[2])
     def kill_worker_once(done, total):
         global worker_pgid
@@ -165,10 +168,10 @@ SWEEP = textwrap.dedent('''
 def test_sweep_survives_a_worker_lost_and_matches_a_local_sweep(cluster: Cluster, tmp_path) -> None:
     script = cluster.work / "head" / "sweep.py"
     script.write_text(SWEEP)
-    r = cluster.run(["python", str(script), cluster.address, str(cluster.nodes["worker"]["pid"])], timeout=400)
+    r = cluster.run(["python", str(script), cluster.address, str(cluster.nodes["worker"]["pid"]), SWEPT], timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     got = {rec.index: rec for rec in _records(cluster.work / "head" / "sweep.jsonl")}
-    task = make_task(parse_workload("resnet18.C11"), resolve_board("vta-fsim"))
+    task = make_task(parse_workload(SWEPT), resolve_board("vta-fsim"))
     assert len(_records(cluster.work / "head" / "sweep.jsonl")) == len(got) == task.space.size   # each config once
     local = exhaustive_cache(task, tmp_path / "local.jsonl")
     assert {i: (r.valid, r.seconds) for i, r in got.items()} == \

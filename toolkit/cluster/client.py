@@ -28,6 +28,8 @@ from toolkit.tuning.core.builder import one_line
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.space import Config
 
+HEAD_LOST_S = 15
+"""How long the helper waits for a head that stopped answering before it gives up (Ray's default is 60 s)."""
 SYSTEM_RETRIES = 2
 """How often Ray runs a task again when its worker or node died under it (a node lost mid-run)."""
 
@@ -58,7 +60,7 @@ class ClusterClient:
             self._proc: subprocess.Popen | None = subprocess.Popen(
                 [sys.executable, *SAFE_PATH, "-m", __name__, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={**os.environ, **SAFE_PATH_ENV})
+                env={**os.environ, **SAFE_PATH_ENV, "RAY_gcs_rpc_server_reconnect_timeout_s": str(HEAD_LOST_S)})
         self._conn = Connection(ours.detach())
         self.cpus = int(self._call(_connect, address))
 
