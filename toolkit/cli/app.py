@@ -157,6 +157,11 @@ _default_show_warning = warnings.showwarning
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A Ctrl-C before a command runs (while Typer builds the command line) is one line
+    too: the command's own handler only covers what it runs."""
     warnings.showwarning = _show_warning
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:
+        console.error("interrupted while starting; nothing was done")
+        raise SystemExit(130) from None
