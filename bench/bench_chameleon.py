@@ -50,52 +50,45 @@ def cache_path(cache_dir: Path, layer: str) -> Path:
 
 
 def make_task(layer: str):
-    from toolkit.boards import resolve_board
-    from toolkit.backends import make_task as backend_task
+    from toolkit.backends import board_for, make_task as backend_task
     from toolkit.workloads import parse_workload
 
-    return backend_task(parse_workload(f"resnet18.{layer}"), resolve_board("vta-fsim"))
+    return backend_task(parse_workload(f"resnet18.{layer}"), board_for("vta-fsim"))
 
 
 def ensure_cache(layer: str, cache_dir: Path, build: bool = True) -> str | None:
-    """Build the exhaustive cache of ``layer`` with the simulator (a grid run), unless complete and current
-    (a stale cache is set aside and measured again).
-
-    Returns a status line, or None when the cache is incomplete and ``build`` is off."""
-    from toolkit.harness import exhaustive_cache, set_aside_if_stale
+    """Build the exhaustive cache of ``layer`` with the simulator (:func:`toolkit.harness.exhaustive_cache`: a grid
+    run, resumed; a stale cache is set aside and measured again). Returns a status line, or None when the cache is
+    incomplete and ``build`` is off."""
+    from toolkit.harness import exhaustive_cache
     from toolkit.tuning.replay import MeasurementCache
 
     path = cache_path(cache_dir, layer)
     task = make_task(layer)
-    cache = MeasurementCache.from_log(path) if path.exists() else None
-    if cache is not None and len(cache) >= task.space.size and not set_aside_if_stale(task, cache):
-        return f"{layer}: cache complete ({task.space.size} configs)"
-    if not build:
+    if not build and (not path.exists() or len(MeasurementCache.from_log(path)) < task.space.size):
         return None
     t0 = time.perf_counter()
     exhaustive_cache(task, path)
-    return f"{layer}: cached {task.space.size} configs in {time.perf_counter() - t0:.0f} s"
+    return f"{layer}: {task.space.size} configs cached ({time.perf_counter() - t0:.0f} s)"
 
 
 def run_one(job: tuple[str, str, int, int, dict[str, Any], str]) -> dict[str, Any]:
-    """Tune one (layer, tuner, seed) from the cache; returns its best-so-far curve and counters."""
+    """Tune one (layer, tuner, seed) from the cache (:func:`toolkit.harness.run_one`); returns its best-so-far
+    curve and counters."""
     layer, label, seed, budget, options, cache_dir = job
     tuner_name, label_options = parse_label(label)
-    options = {**label_options, **options}
-    from toolkit.tuning.session import tune
+    from toolkit.harness import run_one as bench_run
     from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
     from toolkit.tuning.tuners import make_tuner
 
     cache = MeasurementCache.from_log(cache_path(Path(cache_dir), layer))
-    task = make_task(layer)
-    tuner = make_tuner(tuner_name, seed=seed, **options)
-    cpu0 = time.process_time()
-    summary = tune(task, tuner, budget, builder=ReplayBuilder(cache), runner=CachedRunner(cache))
-    cpu_s = time.process_time() - cpu0   # the whole replayed run: almost all of it is the tuner
+    tuner = make_tuner(tuner_name, seed=seed, **{**label_options, **options})
+    run = bench_run(make_task(layer), tuner, budget, label=label, builder=ReplayBuilder(cache),
+                    runner=CachedRunner(cache))
     best = cache.best()
-    return {"layer": layer, "tuner": label, "seed": seed, "budget": budget, "options": job[4],
-            "history": summary.history,
-            "tuner_s": summary.tuner_s, "cpu_s": cpu_s, "stats": tuner.stats(), "optimum_s": best.seconds if best else None}
+    return {"layer": layer, "tuner": label, "seed": seed, "budget": budget, "options": options,
+            "history": [h if h is not None else math.inf for h in run.history], "tuner_s": run.tuner_s, "cpu_s": run.cpu_s, "stats": run.stats,
+            "optimum_s": best.seconds if best else None}
 
 
 def parse_label(label: str) -> tuple[str, dict[str, Any]]:

@@ -26,7 +26,6 @@ Writes the section "## ML2Tuner" of ``docs/benchmarks.md`` from the saved result
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import fcntl
 import json
@@ -34,20 +33,17 @@ import math
 import platform
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from toolkit.harness import cpu_name, save_checkpoint, trials_to_match, write_doc_section
-from toolkit import console
+from toolkit import backends, console, harness
 from toolkit.backends import make_task as backend_task
-from toolkit.boards import Board, resolve_board
+from toolkit.boards import Board
+from toolkit.harness import cpu_name, exhaustive_cache, save_checkpoint, trials_to_match, write_doc_section
 from toolkit.tuning.models.advanced import AdvancedCostModel, time_columns
-from toolkit.harness import exhaustive_cache
 from toolkit.tuning.models.cost import XGBCostModel
-from toolkit.tuning.session import tune
 from toolkit.tuning.replay import (CachedRunner, MeasurementCache, ReplayBuilder, compile_features_of,
                                    current_compile_features)
 from toolkit.tuning.core.task import Task
@@ -67,12 +63,8 @@ TUNERS = ("xgb", "ml2tuner", "chameleon", "chameleon-ml2")
 
 
 def board_for(preset: str) -> Board:
-    """The simulator board with the VTA hardware preset ``preset``."""
-    base = resolve_board("vta-fsim")
-    if base.profile.vta and base.profile.vta.get("preset") == preset:
-        return base
-    vta = {**(base.profile.vta or {}), "preset": preset}
-    return Board(f"vta-fsim-{preset}", dataclasses.replace(base.profile, vta=vta))
+    """The simulator board with the VTA hardware preset ``preset`` (``vta-fsim`` itself for its own, ``pynq``)."""
+    return backends.board_for("vta-fsim", preset=None if preset == "pynq" else preset)
 
 
 def make_task(setting: str, layer: str) -> Task:
@@ -100,14 +92,12 @@ def build_cache(setting: str, layer: str) -> tuple[Task, MeasurementCache]:
 
 # -- tuning runs ------------------------------------------------------------------------------------
 def run_one(task: Task, cache: MeasurementCache, tuner_name: str, seed: int, trials: int) -> dict:
-    """One replayed tuning run: best-so-far history, invalid trials, wall and CPU seconds, tuner stats."""
+    """One replayed tuning run (:func:`toolkit.harness.run_one`) as this bench stores it: best-so-far history,
+    invalid trials, wall and CPU seconds, tuner stats and options."""
     tuner = make_tuner(tuner_name, seed=seed)
-    t0, c0 = time.perf_counter(), time.process_time()
-    s = tune(task, tuner, min(trials, task.space.size), builder=ReplayBuilder(cache),
-             runner=CachedRunner(cache))
-    hist = [h if h is not None else float("inf") for h in s.history]
-    return {"history": hist, "invalid": s.invalid, "trials": s.trials, "wall_s": time.perf_counter() - t0,
-            "cpu_s": time.process_time() - c0, "stats": {k: float(v) for k, v in tuner.stats().items()},
+    run = harness.run_one(task, tuner, trials, builder=ReplayBuilder(cache), runner=CachedRunner(cache))
+    return {"history": [h if h is not None else float("inf") for h in run.history], "invalid": run.invalid,
+            "trials": run.trials, "wall_s": run.wall_s, "cpu_s": run.cpu_s, "stats": run.stats,
             "params": {k: v for k, v in tuner.params.items() if isinstance(v, (int, float, str, bool))}}
 
 
@@ -450,7 +440,7 @@ def load_saved(setting: str) -> dict | None:
     return saved if "commands" in saved else None
 
 
-def _save(setting: str, trials: int, command: str, layer: str, meta: dict, runs: dict, rmse: dict) -> dict:
+def save_runs(setting: str, trials: int, command: str, layer: str, meta: dict, runs: dict, rmse: dict) -> dict:
     """Merge one layer's new runs / RMSE figures into the setting's results file, under a lock (several
     bench processes may work on one setting, e.g. on different tuners or layers); returns the merged file."""
     path = results_path(setting)
@@ -487,12 +477,12 @@ def run_setting(setting: str, args, command: str) -> None:
                 "n_valid": sum(r.valid for r in cache.by_index.values())}
         for seed in range(args.seeds):
             if str(seed) not in done.get("rmse", {}) or args.rmse:
-                _save(setting, args.trials, command, layer, meta, {}, {str(seed): rmse_figures(task, cache, seed)})
+                save_runs(setting, args.trials, command, layer, meta, {}, {str(seed): rmse_figures(task, cache, seed)})
         for name in args.tuners:
             for seed in range(args.seeds):
                 if str(seed) not in done.get("runs", {}).get(name, {}) or name in args.rerun:
-                    _save(setting, args.trials, command, layer, meta,
-                                {name: {str(seed): run_one(task, cache, name, seed, args.trials)}}, {})
+                    save_runs(setting, args.trials, command, layer, meta,
+                              {name: {str(seed): run_one(task, cache, name, seed, args.trials)}}, {})
         lr = (load_saved(setting) or {}).get("layers", {}).get(layer, {})
         console.info(f"{setting} {layer}: " + "; ".join(
             f"{n} inv {np.mean([r['invalid'] for r in lr['runs'][n].values()]):.0f} best "

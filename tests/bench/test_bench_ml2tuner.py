@@ -32,9 +32,9 @@ def out_dir(tmp_path, monkeypatch):
 
 def test_saves_from_different_tuners_and_layers_merge(out_dir):
     meta = {"optimum": 1.0, "size": 10, "n_valid": 4}
-    bm._save("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1], invalid=2)}}, {"0": RMSE})
-    bm._save("pynq-tvm", 4, "cmd b", "C9", meta, {"ml2tuner": {"0": _run([2, 1])}}, {})
-    bm._save("pynq-tvm", 4, "cmd a", "C10", meta, {"xgb": {"0": _run([1, 1, 1, 1])}}, {})
+    bm.save_runs("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1], invalid=2)}}, {"0": RMSE})
+    bm.save_runs("pynq-tvm", 4, "cmd b", "C9", meta, {"ml2tuner": {"0": _run([2, 1])}}, {})
+    bm.save_runs("pynq-tvm", 4, "cmd a", "C10", meta, {"xgb": {"0": _run([1, 1, 1, 1])}}, {})
     saved = bm.load_saved("pynq-tvm")
     assert set(saved["layers"]["C9"]["runs"]) == {"xgb", "ml2tuner"}
     assert saved["layers"]["C9"]["rmse"]["0"]["A"] == 0.04
@@ -51,7 +51,7 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
     assert "| pynq-tvm | `ml2tuner` | 100.0% **met** | 50.0% **missed** | 0.400 **met** |" in text
     assert "`chameleon-ml2` is compared with its parents on the headline runs" in text  # none of its own here
 
-    bm._save("zcu102-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})   # cmd a ran both
+    bm.save_runs("zcu102-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})   # cmd a ran both
     both = {s: bm.load_saved(s) for s in ("pynq-tvm", "zcu102-tvm")}
     text = bm.section(both, bm.summarise({s: v["layers"] for s, v in both.items()}))
     assert text.count("- `cmd a`") == 1 and text.count("- `cmd b`") == 1                 # each invocation once
@@ -60,7 +60,7 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_no_invalid_trials_from_xgb_leaves_the_reduction_undefined_not_a_warning(out_dir):
     meta = {"optimum": 1.0, "size": 10, "n_valid": 4}
-    bm._save("zcu102-tvm", 4, "cmd", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])},
+    bm.save_runs("zcu102-tvm", 4, "cmd", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])},
                                                    "ml2tuner": {"0": _run([2, 1, 1, 1])}}, {"0": RMSE})
     saved = bm.load_saved("zcu102-tvm")
     table = bm.summarise({"zcu102-tvm": saved["layers"]})
@@ -73,10 +73,10 @@ def test_no_invalid_trials_from_xgb_leaves_the_reduction_undefined_not_a_warning
 def test_a_rerun_of_the_same_command_is_recorded_with_its_date(out_dir, monkeypatch):
     meta = {"optimum": 1.0, "size": 10, "n_valid": 4}
     monkeypatch.setattr(bm, "STARTED", "2026-11-30 14:47 UTC")
-    bm._save("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})
+    bm.save_runs("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})
     monkeypatch.setattr(bm, "STARTED", "2026-12-01 03:32 UTC")   # the same command, run again later
-    bm._save("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([2, 2, 1, 1])}}, {})
-    bm._save("pynq-tvm", 4, "cmd a", "C10", meta, {"xgb": {"0": _run([1, 1, 1, 1])}}, {})
+    bm.save_runs("pynq-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([2, 2, 1, 1])}}, {})
+    bm.save_runs("pynq-tvm", 4, "cmd a", "C10", meta, {"xgb": {"0": _run([1, 1, 1, 1])}}, {})
     assert [(c["cmd"], c["date"]) for c in bm.load_saved("pynq-tvm")["commands"]] == [
         ("cmd a", "2026-11-30 14:47 UTC"), ("cmd a", "2026-12-01 03:32 UTC")]
 

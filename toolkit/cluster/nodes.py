@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from toolkit.cluster import ENV_ADDRESS, require_ray
 from toolkit.errors import ClusterError
 from toolkit.rpc.procs import SAFE_PATH_ENV, identity, is_running
 from toolkit.rpc.state import remove_state, state_dir, state_lock, write_state
-from toolkit.rpc.tracker import LOOPBACK, kill_group
+from toolkit.rpc.tracker import LOOPBACK, stop_group
 
 DEFAULT_PORT = 6379
 """The head's port (Ray's GCS), as Ray's own default."""
@@ -130,7 +129,7 @@ def start_node(address: str | None = None, *, host: str | None = None, port: int
         deadline = time.monotonic() + wait_s
         while STARTED not in _read(log):
             if proc.poll() is not None or time.monotonic() > deadline:
-                _stop_group(proc.pid)
+                stop_group(proc.pid)
                 proc.wait()
                 said = _said(log) or "no output"
                 shutil.rmtree(temp, ignore_errors=True)
@@ -159,28 +158,12 @@ def _said(log: Path) -> str:
     return (errors or lines or [""])[-1][:300]
 
 
-def _stop_group(pgid: int, timeout: float = 10.0) -> None:
-    """SIGTERM the node's process group (Ray stops its processes), then SIGKILL what still runs."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            break
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pgid, os.WNOHANG)
-        time.sleep(0.1)
-    kill_group(pgid, timeout)
-
-
 def stop_nodes() -> list[dict[str, Any]]:
     """Stop every node this machine started (workers first, then heads); the nodes stopped."""
     with state_lock("cluster"):
         nodes = sorted(local_nodes(), key=lambda n: n["role"] == "head")
         for node in nodes:
-            _stop_group(int(node["pid"]))
+            stop_group(int(node["pid"]))
             shutil.rmtree(node["temp_dir"], ignore_errors=True)
             remove_state(node["state"])
         return nodes

@@ -44,6 +44,10 @@ class BenchRun:
     build_s: float = 0.0
     compiled: int = 0
     """Configs the tuner compiled to read their features (``stats()["compiled"]``), measured or not."""
+    cpu_s: float = 0.0
+    """This process's CPU seconds over the run (with replayed measurements: almost all of it the tuner's)."""
+    stats: dict[str, float] = field(default_factory=dict)
+    """The tuner's counters at the end of the run (``Tuner.stats()``: fits, model queries, compiled ...)."""
 
     def best(self) -> float:
         """Best seconds, ``inf`` if no valid trial."""

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,10 +21,12 @@ from toolkit.errors import ConfigError
 from toolkit.harness.caches import DEFAULT_CACHE_DIR, CompileReplayBuilder, ensure_cache, find_cache
 from toolkit.harness.environment import environment
 from toolkit.harness.results import MATCH_TOLERANCE, BenchResult, BenchRun, assign_trials_to_match, summarize
+from toolkit.tuning.core.builder import Builder
 from toolkit.tuning.core.runner import MeasureOptions, Runner
+from toolkit.tuning.core.task import Task
 from toolkit.tuning.replay import CachedRunner
 from toolkit.tuning.session import tune
-from toolkit.tuning.tuners.base import make_tuner
+from toolkit.tuning.tuners.base import Tuner, make_tuner
 from toolkit.workloads import Conv2dWorkload
 
 
@@ -140,21 +143,30 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
                 continue
             base, options = variants.get(name, (name, {}))
             tuner = make_tuner(base, seed=seed, **{**options, **tuner_options.get(name, {})})
-            built = [0.0]
-            s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
-                     measure_options=MeasureOptions(),
-                     callback=lambda _, res: built.__setitem__(0, built[0] + sum(r.build_s for r in res)),
-                     target_seconds=info["optimum"] if stop_at_optimum and replay else None)
-            js = s.to_json()
-            result.runs.append(BenchRun(workload=wl.label, tuner=name, seed=seed, trials=s.trials,
-                                        invalid=s.invalid, best_seconds=js["best_seconds"], wall_s=s.wall_s,
-                                        tuner_s=s.tuner_s, history=js["history"], best_config=s.best_config,
-                                        stopped=s.stopped, build_s=built[0],
-                                        compiled=int(tuner.stats().get("compiled", 0))))
+            result.runs.append(run_one(task, tuner, trials, label=name, builder=builder, runner=runner,
+                                       target_seconds=info["optimum"] if stop_at_optimum and replay else None))
             if progress:
                 progress(f"{name} {wl.label} seed {seed}", len(result.runs), total)
             if after_run:
                 after_run()
+
+def run_one(task: Task, tuner: Tuner, trials: int, *, label: str | None = None, builder: Builder | None = None,
+            runner: Runner | None = None, target_seconds: float | None = None) -> BenchRun:
+    """One bench run: ``tuner`` on ``task`` for ``trials`` trials (at most the space), measured by ``runner``
+    (a :class:`~toolkit.tuning.replay.CachedRunner` replays), as a :class:`BenchRun` named ``label`` (default:
+    the tuner's name) with its best-so-far history, build and CPU seconds and the tuner's counters."""
+    built = [0.0]
+    cpu0 = time.process_time()
+    s = tune(task, tuner, min(trials, task.space.size), builder=builder, runner=runner,
+             measure_options=MeasureOptions(),
+             callback=lambda _, res: built.__setitem__(0, built[0] + sum(r.build_s for r in res)),
+             target_seconds=target_seconds)
+    js = s.to_json()
+    stats = {k: float(v) for k, v in tuner.stats().items()}
+    return BenchRun(workload=task.workload.label, tuner=label or tuner.name, seed=tuner.seed, trials=s.trials,
+                    invalid=s.invalid, best_seconds=js["best_seconds"], wall_s=s.wall_s, tuner_s=s.tuner_s,
+                    history=js["history"], best_config=s.best_config, stopped=s.stopped, build_s=built[0],
+                    compiled=int(stats.get("compiled", 0)), cpu_s=time.process_time() - cpu0, stats=stats)
 
 def _describe(value: Any) -> Any:
     """A tuner option as the bench JSON records it (an object by its class name)."""

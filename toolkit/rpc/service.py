@@ -6,24 +6,15 @@ loopback unless exposed; boards reach it through SSH reverse tunnels (:mod:`tool
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from pathlib import Path
 
 from toolkit.errors import BoardError
 from toolkit.rpc.procs import identity, is_running
 from toolkit.rpc.state import read_state, remove_state, state_lock, write_state
-from toolkit.rpc.tracker import LOOPBACK, kill_group, start_tracker, tracker_summary
+from toolkit.rpc.tracker import LOOPBACK, start_tracker, stop_group, tracker_summary
 
 DEFAULT_PORT = 9190
-
-
-def _reap(pid: int) -> None:
-    """Collect ``pid``'s exit status if it is our child (tests start the tracker in-process)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def running_tracker() -> dict | None:
@@ -60,15 +51,7 @@ def _stop(timeout: float) -> bool:
     state = running_tracker()
     if not state:
         return False
-    pid = int(state["pid"])
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while is_running(state) and time.monotonic() < deadline:
-        _reap(pid)
-        time.sleep(0.05)
-    kill_group(pid, timeout)       # SIGKILL what still runs, the workers it forked included
-    _reap(pid)
+    stop_group(int(state["pid"]), timeout)   # the workers it forked included
     remove_state("tracker")
     if state.get("log"):
         Path(state["log"]).unlink(missing_ok=True)

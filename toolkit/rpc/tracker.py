@@ -59,6 +59,28 @@ def kill_group(pgid: int, timeout: float = 5.0) -> None:
         time.sleep(0.02)
 
 
+def stop_group(pgid: int, timeout: float = 10.0) -> None:
+    """Stop process group ``pgid``: SIGTERM it (the leader stops what it started), wait up to ``timeout`` for the
+    leader to exit (collecting its status if it is our child), then SIGKILL what still runs (:func:`kill_group`)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _leader_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kill_group(pgid, timeout)
+    _leader_alive(pgid)
+
+
+def _leader_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not; one that is our child is reaped)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _free_port(host: str) -> int:
     """A port the OS reports free on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -97,8 +97,8 @@ def test_compile_features_join_the_knob_features_once_per_task() -> None:
 
     tuner = make_tuner("xgb", seed=0, features="compile")
     tuner.setup(TuningContext(space=space, compile_features=compile_features, flops=1e9))
-    feats = tuner._features(np.arange(space.size))
-    tuner._features([0, 1])
+    feats = tuner.model_features(np.arange(space.size))
+    tuner.model_features([0, 1])
     assert calls == [space.size]                       # the whole space, compiled once
     n_knob = space.features([0]).shape[1]
     built = [not isinstance(f, dict) for f in synthetic_compile(space, range(space.size))]
@@ -126,5 +126,5 @@ def test_auto_features_use_the_compiler_where_they_can_and_knob_values_elsewhere
         tuner = make_tuner("chameleon+", seed=0)                           # features="auto" is its default
         tuner.setup(TuningContext(space=sp, compile_features=compiler, flops=1e9))
         assert tuner.stats()["compile_features"] == float(compiled)
-        assert (tuner._features([0]).shape[1] > n_knob) == compiled
+        assert (tuner.model_features([0]).shape[1] > n_knob) == compiled
         assert (tuner.stats()["compile_s"] > 0) == compiled            # the table's one-time compilation

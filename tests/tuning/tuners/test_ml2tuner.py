@@ -190,15 +190,21 @@ def test_model_a_best_leftovers_of_earlier_rounds_rejoin_the_candidates():
 
 
 def test_v_pool_bounds_the_rejects_compiled_for_exploration():
-    """Each exploration slot compiles the explorer's best ``v_pool`` ModelV rejects (``v_explore=0.5``
-    with N 4: two slots); ModelA measures the best of those that compile and of the rejects compiled before."""
-    for v_pool, expect in ((1, 2), (50, 100)):
+    """Each exploration slot compiles the explorer's best ``v_pool`` ModelV rejects (``v_explore=0.5`` with N 4:
+    two slots, the round's last compile step), and two rejects that compile are measured in the round."""
+    explored = {}
+    for v_pool in (1, 50):
         tuner = make_tuner("ml2tuner", seed=0, plan_size=4, v_explore=0.5, v_pool=v_pool, **FAST)
-        space = _after_rounds(tuner, 3)
-        fresh = [i for i in range(space.size) if i not in tuner.compiled.features and i not in tuner.compiled.failed]
-        fresh = fresh[:150]
-        before = tuner.stats()["compiled"]
-        out = tuner._explore_rejects([fresh[-1]], fresh[:-1])
-        assert tuner.stats()["compiled"] - before == expect
-        extra = [i for i in out if i in fresh[:-1]]
-        assert len(extra) == 2 and all(i in tuner.compiled.features for i in extra)
+        _after_rounds(tuner, 3)
+        calls: list[list[int]] = []
+        compile = tuner.compiled.compile
+        tuner.compiled.compile = lambda cands: (calls.append(list(cands)), compile(cands))[1]
+        before = tuner.stats()["v_explored"]
+        plan = tuner.propose(4)                       # one new round (the models are refitted first)
+        explored[v_pool] = calls[-1]
+        assert not tuner.model_v.predict(tuner.space.features(calls[-1])).any()   # ModelV's rejects only
+        assert tuner.stats()["v_explored"] - before == 2
+        measured = [i for i, ok in zip(plan, tuner.model_v.predict(tuner.space.features(plan))) if not ok]
+        assert len(measured) == 2 and all(i in tuner.compiled.features for i in measured)
+    assert len(explored[1]) == 2                      # v_pool 1: one reject per slot
+    assert 2 < len(explored[50]) <= 100               # v_pool 50: up to 50 per slot, as many as the round rejected

@@ -190,7 +190,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
             scale = comp.prior_scale(self.xs, self.ys, self.flops)
             xs += extra
             ys += [self.flops / (comp.prior_seconds(i) * scale) for i in extra]
-        self.model = self._new_model().fit(self._features(xs), np.asarray(ys))
+        self.model = self._new_model().fit(self.model_features(xs), np.asarray(ys))
 
     def _fit_v(self) -> None:
         """ModelV on every attempt; with ``v_hidden`` also the post-compile model on compiled trials."""
@@ -199,7 +199,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         t0 = time.perf_counter()
         seed = self.seed + self._n["rounds"]
         self.model_v = ValidityModel(precision=self.params["precision"], seed=seed)
-        self.model_v.fit(self._features(self.v_index), np.asarray(self.v_valid))
+        self.model_v.fit(self.model_features(self.v_index), np.asarray(self.v_valid))
         self.model_vh = None
         if self.params["v_hidden"] and self.compiled.available:
             rows = [(i, ok) for i, ok in zip(self.v_index, self.v_valid) if i in self.compiled]
@@ -241,7 +241,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         elif comp.prior is not None and all(comp.has_prior(i) for i in indices):
             scores = -np.array([comp.prior_seconds(i) for i in indices])
         elif self.model is not None:
-            scores = self.model.predict(self._features(indices))
+            scores = self.model.predict(self.model_features(indices))
         else:
             return list(indices)
         return [indices[j] for j in np.argsort(-scores, kind="stable")]
@@ -250,7 +250,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         """(kept, rejected) by ModelV, both in input order."""
         if not cands or self.model_v is None:
             return list(cands), []
-        ok = self.model_v.predict(self._features(cands))
+        ok = self.model_v.predict(self.model_features(cands))
         self._n["v_rejected"] += int((~ok).sum())
         return [c for c, o in zip(cands, ok) if o], [c for c, o in zip(cands, ok) if not o]
 
@@ -302,7 +302,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         if need <= 0 or not rejected or self.model_v is None:
             return alive, rejected
         # the filtered supply is spent: ModelV's most-likely-valid rejects that compile fill the round
-        p = self.model_v.predict_proba(self._features(rejected))
+        p = self.model_v.predict_proba(self.model_features(rejected))
         order = [rejected[j] for j in np.argsort(-p, kind="stable")]
         fill: list[int] = []
         for start in range(0, len(order), 4 * need):

@@ -102,7 +102,7 @@ class CostModelTuner(Tuner):
         """The sampler between optimizer and measurement (none: measure the plan as it is)."""
         return None
 
-    def _features(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+    def model_features(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Cost-model features of configs: the knob values (AutoTVM ``feature_type="knob"``), and with
         ``features="compile"`` (or ``"auto"`` where it resolved to it) the compiler's features of each
         config (NaN where it does not build)."""
@@ -127,9 +127,9 @@ class CostModelTuner(Tuner):
     def _score_fn(self):
         """The optimizer's objective: predicted score of an index array."""
         if self.space.size <= FULL_TABLE_MAX:
-            table = self.model.predict(self._features(np.arange(self.space.size)))
+            table = self.model.predict(self.model_features(np.arange(self.space.size)))
             return lambda idx: table[idx]
-        return lambda idx: self.model.predict(self._features(idx))
+        return lambda idx: self.model.predict(self.model_features(idx))
 
     def _elite(self) -> list[int]:
         """The best measured configs that ``rl_elite`` of the optimizer's starts use (none when off)."""
@@ -212,7 +212,7 @@ class ModelBasedTuner(CostModelTuner):
 
     def _fit(self) -> None:
         """Refit ``self.model`` on ``self.xs`` / ``self.ys``."""
-        self.model = self._new_model().fit(self._features(self.xs), np.asarray(self.ys))
+        self.model = self._new_model().fit(self.model_features(self.xs), np.asarray(self.ys))
 
     def _find_candidates(self, num: int) -> list[int]:
         """Up to ``num`` unvisited configs the model rates best (the next plan), through the sampler if any."""
