@@ -28,7 +28,7 @@ from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
 if TYPE_CHECKING:
     from toolkit.tuning.core.runner import MeasureOptions
-    from toolkit.rpc.check import Finding
+    from toolkit.rpc.board_check import Finding
     from toolkit.tuning.models.transfer import TransferModel
 
 

@@ -130,7 +130,7 @@ def check(
     json: JsonOpt = False,
 ) -> None:
     """Log in and check what the board has (OS, Python, TVM runtime, GPU, FPGA) and what it lacks."""
-    from toolkit.rpc import check as chk
+    from toolkit.rpc import board_check as chk
     from toolkit.rpc.agent_control import board_state
     from toolkit.rpc.ssh import connect_board
 
@@ -260,7 +260,7 @@ def logs(name: Annotated[str, typer.Argument(help="Board name.")],
 @board_app.command("status")
 def status(inventory: InventoryOpt = None, json: JsonOpt = False) -> None:
     """Every board: reachable, agent up, registered with the tracker, its key's queue."""
-    from toolkit.rpc.status import fleet_status
+    from toolkit.rpc.board_status import fleet_status
 
     rows = fleet_status(Inventory(inventory).load())
     if json:

@@ -48,7 +48,7 @@ _EXECUTOR: list[Any] = []
 def _executor() -> Any:
     """The VTA executor of this agent (created on first use, kept per process)."""
     if not _EXECUTOR:
-        from toolkit.rpc.driver import make_executor
+        from toolkit.rpc.vta_driver import make_executor
 
         _EXECUTOR.append(make_executor(_SETTINGS["executor"], bitstream=_SETTINGS.get("bitstream"),
                                        config=_SETTINGS.get("vta_config")))
@@ -246,7 +246,7 @@ def serve(args: argparse.Namespace) -> None:
                      vta_config=args.vta_config, workdir=os.getcwd())
     register_functions()
     if args.executor in ("fsim", "fpga"):
-        import toolkit.rpc.driver  # noqa: F401 - imported once here, inherited by every forked session
+        import toolkit.rpc.vta_driver  # noqa: F401 - imported once here, inherited by every forked session
         import toolkit.vta.program  # noqa: F401
         import toolkit.vta.sim  # noqa: F401
     if args.executor == "fpga" and args.bitstream:

@@ -50,7 +50,7 @@ TVM_TAG = "v0.27.0"
 REMOTE_PATH = re.compile(r"[A-Za-z0-9_/.~+-]{1,255}")
 """What a path on the board may hold: nothing a shell reads as syntax."""
 _PKG_ROOT = Path(__file__).resolve().parent.parent
-AGENT_FILES = ("__init__.py", "version.py", "errors.py", "rpc/__init__.py", "rpc/agent.py", "rpc/driver.py")
+AGENT_FILES = ("__init__.py", "version.py", "errors.py", "rpc/__init__.py", "rpc/agent.py", "rpc/vta_driver.py")
 AGENT_PACKAGES = ("vta",)
 """What the agent imports from ``toolkit`` (relative to the package): files and whole subpackages."""
 

@@ -12,7 +12,7 @@ from toolkit.backends.base import Backend, ModelTiming, rebuild
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ConfigError, ExportError
-from toolkit.rpc.check import Finding
+from toolkit.rpc.board_check import Finding
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.runner import Runner

@@ -16,7 +16,7 @@ from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import BoardError, ConfigError, ExportError
-from toolkit.rpc.check import Finding
+from toolkit.rpc.board_check import Finding
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.runner import Runner

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from toolkit.errors import BoardError
-from toolkit.rpc.driver import (
+from toolkit.rpc.vta_driver import (
     AUTORESTART, COMPUTE, COMPUTE_DONE_RD, CONTROL, DONE, FETCH, FETCH_INSN_ADDR, FETCH_INSN_COUNT, LOAD,
     REGISTER_BASE, STORE, SimulatedVTADevice, VTADriver, make_executor,
 )
