@@ -52,6 +52,22 @@ def test_paired_figures_against_the_reference():
     assert fig["xgb"]["reached"] == 2 and fig["t"]["t_1_median"] == 1.5
 
 
+def test_cold_start_lines_set_the_cold_tuners_against_a_random_first_round():
+    """The floor is 9 trials over xgb's (a random round of 8, then the optimum); transferred tuners are left out."""
+    res = BenchResult({"machine": "m", "date": "d", "command": "c"}, {"trials": 40, "seeds": 2},
+                      {"w": {"optimum": 1.0}})
+    xgb = [[2.0] * 35 + [1.0], [2.0] * 17 + [1.0]]                  # the optimum at trial 36 and 18
+    cold = [[2.0] * 11 + [1.0], [2.0] * 40]                          # at trial 12; never (counted as 40)
+    res.runs = [_run(h, seed=s) for s, h in enumerate(xgb)] + [_run(h, tuner="ml2tuner", seed=s)
+                                                               for s, h in enumerate(cold)]
+    res.runs.append(_run([1.0], stopped="target", tuner="ml2tuner:transfer=pretrained"))
+    text = "\n".join(testset.cold_start(res))
+    assert f"9 trials: {math.sqrt(9 / 36 * 9 / 18):.3f}x of xgb's" in text
+    assert f"| ml2tuner | 2 | {math.sqrt(12 * 40):.1f} | 26 | 50% / 50% / 100% | " \
+           f"{math.sqrt(12 * 40) / math.sqrt(36 * 18):.3f} |" in text
+    assert "transfer=pretrained" not in text
+
+
 def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):
     """A tiny bench through run_bench (replayed, stopping at the optimum) rendered into the docs section."""
     for name in ("OUT", "IMG"):

@@ -206,12 +206,14 @@ class TransferModel:
 
 MAX_TREES = 100_000
 MAX_NODES = 1 << 20
+ROOT_PARENT = (-1, 2147483647)
+"""What XGBoost writes as the root's parent (no node)."""
 
 
 def check_booster(booster: Any, n_features: int) -> None:
     """Refuse an XGBoost JSON model that would crash the library (``ValueError``): every tree a proper binary
-    tree (children after their parent, each node reached once, both children or none), split features below
-    ``n_features``, arrays as long as the tree."""
+    tree (children after their parent, each node reached once, both children or none, parent links matching),
+    split features below ``n_features``, arrays as long as the tree."""
     model = booster["learner"]["gradient_booster"]["model"]
     declared = int(booster["learner"]["learner_model_param"]["num_feature"])
     if declared != n_features:
@@ -242,6 +244,12 @@ def check_booster(booster: Any, n_features: int) -> None:
             seen[a] = seen[b] = True
         if seen[0] or not all(seen[1:]):
             raise ValueError(f"tree {t}: a node is unreachable from the root")
+        parents = tree["parents"]
+        if parents[0] not in ROOT_PARENT or any(
+                parents[c] != i for i in range(n) if left[i] != -1 for c in (left[i], right[i])):
+            raise ValueError(f"tree {t}: its parent links do not match its children")
+        if any(v not in (0, 1) or isinstance(v, bool) for v in tree["default_left"]):
+            raise ValueError(f"tree {t}: default_left holds something other than 0 and 1")
 
 
 # -- training data from tuning logs --------------------------------------------------------------------
