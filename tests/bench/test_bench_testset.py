@@ -50,6 +50,7 @@ def test_paired_figures_against_the_reference():
     d = fig["t"]["log2_diff"]
     assert d.n == 2 and d.mean == pytest.approx(((0 - 2) + (1 - math.log2(3))) / 2)
     assert fig["xgb"]["reached"] == 2 and fig["t"]["t_1_median"] == 1.5
+    assert fig["t"]["tuner_s_per_trial_worst_layer"] == pytest.approx((1.0 / 1 + 1.0 / 2) / 2)   # one layer here
 
 
 def test_cold_start_lines_set_the_cold_tuners_against_a_random_first_round():
