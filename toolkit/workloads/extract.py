@@ -150,6 +150,7 @@ def requant_shifts(network: Network, scales: dict[str, tuple[float, float, float
 def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | None = None) -> Extraction:
     """Trace ``model`` (a path, ``module:factory``, ``nn.Module`` or a :class:`LoadedModel`) and collect its
     conv layers."""
+    _refuse_plain_non_models(model)
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
@@ -215,6 +216,7 @@ class LoadedModel:
 def load_model(model: Any, input_shape: tuple[int, int, int, int], *, seed: int = 0) -> LoadedModel:
     """Trace ``model`` (a built-in name, a ``.pt2``/TorchScript path, ``module:factory`` or an ``nn.Module``)
     for ``input_shape``; built-in networks get weights drawn from ``seed``."""
+    _refuse_plain_non_models(model)
     import torch
 
     from toolkit.workloads.zoo import ZOO, zoo_model
@@ -289,6 +291,29 @@ def _program(text: str, example: Any) -> tuple[Any, str, str, str | None]:
         f"model {text!r} is neither a file, a built-in network nor module:factory; give a .pt2 "
         "(torch.export.save), a TorchScript file (torch.jit.save) or e.g. mypkg.models:make_net"
     )
+
+
+def _refuse_plain_non_models(model: Any) -> None:
+    """Refuse a model file that is plainly not one (a ``.pt2`` that is no zip archive or an empty one, a Python
+    file, a ``torch.save`` checkpoint) before torch is imported: a bad file costs milliseconds, not seconds."""
+    import zipfile
+
+    if not isinstance(model, (str, Path)):
+        return
+    path = Path(model)
+    if path.suffix != ".pt2":
+        if path.is_file():
+            _refuse_non_model(path)
+        return
+    if not path.is_file():
+        raise WorkloadError(f"model file {model} does not exist")
+    try:
+        names = zipfile.ZipFile(path).namelist()
+        why = "" if names else "an empty zip archive"
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        why = f"not a zip archive ({_first_line(exc)})"
+    if why:
+        raise WorkloadError(f"{model} is not a torch.export archive: {why}; save the model with torch.export.save")
 
 
 def _refuse_non_model(path: Path) -> None:
