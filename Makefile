@@ -32,7 +32,7 @@ system-deps:
 	fi
 
 test: install system-deps
-	$(PY) -m pytest -q -m "not emulated"
+	$(PY) -m pytest -q -n 2 --dist loadscope -m "not emulated"
 
 # Emulated aarch64 boards (Debian arm64 under qemu-user): the image is built once per machine and cached
 # outside the repository (`python -m toolkit.testing.emulated_board path` says where). Needs root.
