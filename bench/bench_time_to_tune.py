@@ -22,7 +22,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -31,6 +31,10 @@ from bench.bench_testset import per_trial_board_s
 from toolkit import console
 from toolkit.backends import network_tasks
 from toolkit.harness import environment, save_checkpoint, write_doc_section
+from toolkit.tuning.core.builder import Artifact
+from toolkit.tuning.core.result import MeasureResult
+from toolkit.tuning.core.space import Config
+from toolkit.tuning.core.template import Template
 from toolkit.tuning.network import NetworkSummary, tune_network
 from toolkit.tuning.replay import CachedRunner, MeasurementCache, ReplayBuilder
 from toolkit.tuning.scheduler import make_scheduler
@@ -56,7 +60,7 @@ class MeteredReplay(ReplayBuilder):
         super().__init__(cache)
         self.meter = meter
 
-    def build(self, template, configs):
+    def build(self, template: Template, configs: Sequence[Config]) -> list[Artifact | MeasureResult]:
         out = super().build(template, configs)
         for c, o in zip(configs, out):
             key = (id(self.cache), c.index)
@@ -93,7 +97,7 @@ def run(setting: str, tuner: str, seed: int, trials: int, board_s: float) -> dic
             "tasks": [t.workload.name for t in tasks], "counts": [p.count for p in plan.tasks], "optima": optima}
 
 
-def first_round(r: dict[str, Any], ok) -> list[Any] | None:
+def first_round(r: dict[str, Any], ok: Callable[[float, float], bool]) -> list[Any] | None:
     """The first round after which ``ok(best, optimum)`` holds for every task (``None``: never in the budget)."""
     return next((rd for rd in r["rounds"] if all(ok(b, o) for b, o in zip(rd[2], r["optima"]))), None)
 
