@@ -43,3 +43,9 @@ def test_the_section_sets_each_tuner_against_the_default_at_its_time():
     assert "| pynq-own | `ml2tuner+` | 2 min, 64 trials | 2 min, 64 trials | 3 min, 96 trials | +0.0 % (at 3 min) |" \
         in text
     assert "| pynq-own | `xgb` | 3 min, 96 trials | 3 min, 96 trials | not in 128 trials | +0.6 % (at 3 min) |" in text
+
+
+def test_the_layers_xgb_leaves_behind_are_named_with_their_worst_ratio():
+    behind = _run("xgb", 1, [(32, 60.0, [1.5, 2.0]), (64, 120.0, [1.2, 2.0])])
+    assert ttt._left_behind([SLOW]) == "none"                       # 1.01 and 1.005 are within 1 %
+    assert ttt._left_behind([SLOW, behind, FAST]) == "a (up to 1.20x)"
