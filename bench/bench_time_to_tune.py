@@ -11,16 +11,19 @@ test-set headline: every config compiled once (its recorded compile time, measur
 features) + trials x the board's time per trial besides compiling (the emulated ZCU102 board's) + the tuners' own
 seconds on this machine. A run ends at its budget or once every task is at its space's exact optimum.
 
-Writes ``bench/out/time_to_tune.json`` and the section "## Time to tune a whole network" at the top of
-``docs/benchmarks.md``.
+``--local TRIALS`` runs the same flow on this machine's CPU instead (real builds, ``ml2tuner+`` and ``xgb``, one seed)
+and adds it to the saved results. Writes ``bench/out/time_to_tune.json`` and the section "## Time to tune a whole
+network" at the top of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -89,12 +92,55 @@ def run(setting: str, tuner: str, seed: int, trials: int, board_s: float) -> dic
     try:
         tune_network(plan, tasks, tuner, trials, seed=seed,
                      scheduler=make_scheduler("gradient", seed=seed, trials_per_round=ROUND_TRIALS),
-                     measure_with=lambda t: (MeteredReplay(caches[t.workload], meter), CachedRunner(caches[t.workload])),
+                     measure_with=lambda t: (MeteredReplay(caches[t.workload], meter),
+                                             CachedRunner(caches[t.workload])),
                      callback=on_round)
     except _AtOptimum:
         pass
     return {"setting": setting, "tuner": tuner, "seed": seed, "rounds": rounds,
             "tasks": [t.workload.name for t in tasks], "counts": [p.count for p in plan.tasks], "optima": optima}
+
+
+def run_local(tuner: str, trials: int, seed: int = 0,
+              progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """ResNet-18 on this machine's CPU (``local``): real builds and measurements over the loopback RPC server, as
+    ``tune --model resnet18 -b local`` runs them; after each round (trials, wall seconds, network conv latency)."""
+    from toolkit.backends import board_for
+
+    plan, tasks = network_tasks(get_network("resnet18"), board_for("local"))
+    curve: list[list[float]] = []
+    t0 = time.perf_counter()
+
+    def on_round(s: NetworkSummary) -> None:
+        curve.append([s.trials, time.perf_counter() - t0, s.total_seconds])
+        if progress is not None:
+            progress(s.trials)
+
+    tune_network(plan, tasks, tuner, trials, seed=seed,
+                 scheduler=make_scheduler("gradient", seed=seed, trials_per_round=ROUND_TRIALS), callback=on_round)
+    return {"tuner": tuner, "seed": seed, "tasks": len(tasks), "curve": curve}
+
+
+def local_section(local: dict[str, Any]) -> list[str]:
+    """The ``local`` table: each tuner's network conv latency after so many minutes of tuning."""
+    runs = local["runs"]
+    end = max(c[1] for r in runs for c in r["curve"]) / 60
+    marks = [m for m in (2, 4, 6, 8, 10, 15, 20, 30) if m < end] + [math.ceil(end)]
+
+    def at(r: dict[str, Any], minutes: float) -> str:
+        done = [c for c in r["curve"] if c[1] <= minutes * 60 and math.isfinite(c[2])]
+        return f"{done[-1][2] * 1e3:.1f} ms ({done[-1][0]})" if done else "-"
+
+    lines = ["", "### ResNet-18 on `local` (real builds)", "",
+             f"The same flow on this machine's CPU ({local['trials']} trials, {runs[0]['tasks']} conv tasks, one seed, "
+             f"real TVM builds and measurements; command `{local['command']}`, {local['date']}). Each cell: the "
+             "network's conv latency (sum of each task's best kernel x its count) after that many minutes of wall "
+             "time, with the trials so far; the first rounds (one per task) come before the scheduler chooses. "
+             "`local` ships no transfer model, so `ml2tuner+` starts cold here and learns across the network's tasks.",
+             "", "| tuner | " + " | ".join(f"{m} min" for m in marks) + " |", "|---|" + "---|" * len(marks)]
+    for r in runs:
+        lines.append(f"| `{r['tuner']}` | " + " | ".join(at(r, m) for m in marks) + " |")
+    return lines
 
 
 def first_round(r: dict[str, Any], ok: Callable[[float, float], bool]) -> list[Any] | None:
@@ -165,7 +211,8 @@ def section(saved: dict[str, Any]) -> str:
     lines = [SECTION, "",
              "ResNet-18's ten VTA conv tasks (C2-C11) tuned as `edgetune tune --model resnet18` does (gradient "
              f"scheduler, {ROUND_TRIALS} trials per round, one budget of {saved['trials']} trials), measurements "
-             "replayed from exhaustive simulator logs. Board time is modelled: every config compiled once (its recorded "
+             "replayed from exhaustive simulator logs. Board time is modelled: every config compiled once (its "
+             "recorded "
              f"compile time) + trials x {board_s:.2f} s ({src}) + the tuners' own seconds here. Median over "
              f"{saved['seeds']} seeds of the runs that got there (how many did, where not all).", "",
              f"Command: `{saved['command']}`. Machine: {saved['environment']['machine']}; "
@@ -189,13 +236,17 @@ def section(saved: dict[str, Any]) -> str:
             lines.append(f"| {setting} | `{tuner}` | " + " | ".join(cells) + f" | {gap} |")
     lines += ["", "Reading: " + "; ".join(_reading(setting, [r for r in runs if r["setting"] == setting], default)
                                          for setting in settings) + ". "
-              f"The layers `xgb` leaves more than 1 % above their optimum at the end: {_left_behind(runs)}; the gradient "
+              f"The layers `xgb` leaves more than 1 % above their optimum at the end: {_left_behind(runs)}; the "
+              "gradient "
               "scheduler spends trials where they cut the network's latency most, and these weigh little (section "
               "\"Whole-network tuning\")."]
     lines += ["", "`ml2tuner+` (the default) starts from the transfer model edgetune ships for the preset, which was "
               "trained on these very layers (the development set): its figures are what a user tuning ResNet-18 gets, "
-              "not a held-out result (the test-set headline below is one). `ml2tuner` starts cold and learns across the "
+              "not a held-out result (the test-set headline below is one). `ml2tuner` starts cold and learns across "
+              "the "
               "network's tasks as it tunes (whole-network transfer); `xgb` is AutoTVM's tuner, without transfer.", ""]
+    if saved.get("local"):
+        lines += local_section(saved["local"]) + [""]
     return "\n".join(lines)
 
 
@@ -206,10 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=3000, help="the network's budget")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--report-only", action="store_true", help="rewrite the doc section from the saved results")
+    ap.add_argument("--local", type=int, metavar="TRIALS",
+                    help="instead: ResNet-18 on `local` with real builds, ml2tuner+ and xgb, one seed, TRIALS each")
     raw = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(raw)
     if args.report_only:
         write_doc_section(DOC, SECTION, section(json.loads(OUT.read_text())))
+        return 0
+    if args.local:
+        saved = json.loads(OUT.read_text())
+        command = ".venv/bin/python -m bench.bench_time_to_tune " + " ".join(shlex.quote(a) for a in raw)
+        saved["local"] = {"command": command, "date": environment(command)["date"], "trials": args.local,
+                          "runs": []}
+        with console.progress() as bar:
+            for tuner in ("ml2tuner+", "xgb"):
+                tid = bar.add_task(f"ResNet-18 on local, {tuner}", total=args.local, status="")
+                saved["local"]["runs"].append(run_local(tuner, args.local,
+                                                        progress=lambda n, tid=tid: bar.update(tid, completed=n)))
+        save_checkpoint(OUT, saved, default=float, indent=None)
+        write_doc_section(DOC, SECTION, section(saved))
         return 0
     board_s, src = per_trial_board_s()
     settings = [s for s in args.settings.split(",") if s]

@@ -49,3 +49,13 @@ def test_the_layers_xgb_leaves_behind_are_named_with_their_worst_ratio():
     behind = _run("xgb", 1, [(32, 60.0, [1.5, 2.0]), (64, 120.0, [1.2, 2.0])])
     assert ttt._left_behind([SLOW]) == "none"                       # 1.01 and 1.005 are within 1 %
     assert ttt._left_behind([SLOW, behind, FAST]) == "a (up to 1.20x)"
+
+
+def test_the_local_table_reads_the_latency_reached_by_each_minute():
+    local = {"trials": 64, "command": "cmd", "date": "d", "runs": [
+        {"tuner": "ml2tuner+", "seed": 0, "tasks": 2, "curve": [[32, 50.0, float("inf")], [64, 170.0, 0.004]]},
+        {"tuner": "xgb", "seed": 0, "tasks": 2, "curve": [[32, 40.0, float("inf")], [64, 100.0, 0.005]]}]}
+    text = "\n".join(ttt.local_section(local))
+    assert "| tuner | 2 min | 3 min |" in text                      # the marks end at the last minute
+    assert "| `ml2tuner+` | - | 4.0 ms (64) |" in text               # no latency before every task has a best
+    assert "| `xgb` | 5.0 ms (64) | 5.0 ms (64) |" in text
