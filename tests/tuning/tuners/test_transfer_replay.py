@@ -66,3 +66,38 @@ def test_the_shipped_models_are_small_and_load():
         assert path.is_file(), f"{path.name} is missing: make pretrained"
         assert path.stat().st_size < 1_000_000
         assert load_pretrained(preset).term_keys_
+
+
+class _Inverted:
+    """A transfer model that ranks every config the wrong way round (a prior from the wrong hardware)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def predict_seconds(self, feats):
+        return 1e-6 / self.model.predict_seconds(feats)
+
+
+@pytest.mark.parametrize("seed", (0, 1))
+def test_a_wrong_prior_is_dropped_and_a_right_one_kept(replay, seed):
+    """The prior check (``prior_check``, on by default): a prior that ranks backwards is found out on the
+    task's own measurements and ModelA ranks without it; the shipped prior of the layer's board is kept."""
+    task, cache = replay
+    model = load_pretrained("pynq")
+    wrong = make_tuner("ml2tuner", seed=seed, transfer=_Inverted(model))
+    _trials_to_optimum(task, cache, wrong)
+    stats = wrong.stats()
+    assert stats["prior_dropped"] == 1, stats
+    assert stats["pairs_own_right"] > 2 * stats["pairs_prior_right"], stats
+    right = make_tuner("ml2tuner", seed=seed, transfer=model)
+    _trials_to_optimum(task, cache, right)
+    assert right.stats()["prior_dropped"] == 0, right.stats()
+
+
+def test_dropping_a_wrong_prior_finds_the_optimum_sooner(replay):
+    task, cache = replay
+    model = _Inverted(load_pretrained("pynq"))
+    checked = [_trials_to_optimum(task, cache, make_tuner("ml2tuner", seed=s, transfer=model))[0] for s in (0, 1, 2)]
+    unchecked = [_trials_to_optimum(task, cache, make_tuner("ml2tuner", seed=s, transfer=model, prior_check=False))[0]
+                 for s in (0, 1, 2)]
+    assert sum(math.log(x) for x in checked) < sum(math.log(x) for x in unchecked), (checked, unchecked)

@@ -59,6 +59,69 @@ MIN_VALID_FOR_A = 4
 """ModelA is fitted once this many valid measurements have compile features; before that ModelP ranks."""
 
 
+class PriorCheck:
+    """Which ModelA ranks under transfer: the one on the transferred estimate until the one on the task's
+    own features has ordered more of the measured pairs right, significantly.
+
+    Both models rank each round before it is measured (out of sample); :meth:`score` counts, over the
+    round's pairs of configs whose throughputs differ, those only one of the two orders right. The task's
+    own model takes over once its wins exceed the prior's by ``z`` standard deviations of a fair coin
+    (and at least ``min_pairs`` pairs split them); the counts are cumulative, so the choice settles.
+
+    >>> check = PriorCheck()
+    >>> check.score([3.0, 2.0, 1.0], prior=np.array([1.0, 2.0, 3.0]), own=np.array([3.0, 2.0, 1.0]))
+    >>> check.own_right, check.prior_right, check.prefers_own()
+    (3, 0, False)
+    >>> for _ in range(4):
+    ...     check.score([3.0, 2.0, 1.0], prior=np.array([1.0, 2.0, 3.0]), own=np.array([3.0, 2.0, 1.0]))
+    >>> check.prefers_own()
+    True
+    """
+
+    def __init__(self, z: float = 2.0, min_pairs: int = 10) -> None:
+        self.z, self.min_pairs = z, min_pairs
+        self.own_right = self.prior_right = 0
+        self.seen = 0                        # trials already scored
+
+    def score(self, measured: Sequence[float], prior: np.ndarray, own: np.ndarray) -> None:
+        """Count the pairs of ``measured`` throughputs that one model's scores order right and the other's not."""
+        y = np.asarray(measured, dtype=np.float64)
+        i, j = np.triu_indices(len(y), k=1)
+        differ = y[i] != y[j]
+        i, j = i[differ], j[differ]
+        sign = np.sign(y[i] - y[j])
+        ok_prior = np.sign(prior[i] - prior[j]) == sign
+        ok_own = np.sign(own[i] - own[j]) == sign
+        self.own_right += int(np.sum(ok_own & ~ok_prior))
+        self.prior_right += int(np.sum(ok_prior & ~ok_own))
+
+    def prefers_own(self) -> bool:
+        """Whether the task's own model has won significantly so far."""
+        n = self.own_right + self.prior_right
+        return n >= self.min_pairs and self.own_right - self.prior_right > self.z * n ** 0.5
+
+
+class OwnModel:
+    """ModelA on the task's own features: a cost model that never sees the transferred estimate's column."""
+
+    def __init__(self, model: AdvancedCostModel, prior_col: int) -> None:
+        self.model, self.prior_col = model, prior_col
+
+    def _drop(self, X: np.ndarray) -> np.ndarray:
+        return np.delete(np.asarray(X, dtype=np.float64), self.prior_col, axis=1)
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> OwnModel:
+        self.model.fit(self._drop(X), y)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.model.predict(self._drop(X))
+
+    @property
+    def y_max_(self) -> float:
+        return self.model.y_max_
+
+
 @register
 class ML2Tuner(CostModelTuner, TransferLearner):
     """ML2Tuner: ModelP-guided simulated annealing, ModelV filter, ModelA re-ranking.
@@ -108,6 +171,10 @@ class ML2Tuner(CostModelTuner, TransferLearner):
                            "addition; docs/tuners.md, section transfer)", object),
         "prior_pool": Option(512, "with transfer: random configs compiled and ranked by the transfer model for the "
                              "first round", int),
+        "prior_check": Option(True, "with transfer: ModelA is also fitted without the transferred estimate, and both "
+                              "rank each round before it is measured; once the task's own model has ordered the "
+                              "measured pairs significantly better, it ranks instead (transfer that cannot hurt for "
+                              "long; docs/tuners.md, section transfer)", bool),
     }
 
     def check_params(self) -> None:
@@ -135,7 +202,9 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         self.queue: list[int] = []
         self.model_v: ValidityModel | None = None
         self.model_vh: ValidityModel | None = None
-        self.model_a: AdvancedCostModel | None = None
+        self.model_a: AdvancedCostModel | OwnModel | None = None
+        self.prior_check = PriorCheck()
+        self._a_pair: dict[str, Any] = {}        # with transfer: ModelA with and without the prior, as last fitted
         self._n = {"rounds": 0, "candidates": 0, "v_rejected": 0, "v_explored": 0,
                    "a_fits": 0, "fallback": 0, "vh_rejected": 0, "v_filled": 0}
         self._v_s = 0.0
@@ -209,7 +278,9 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         self._v_s += time.perf_counter() - t0
 
     def _fit_a(self) -> None:
-        """ModelA on measured configs with compile features (compiling resumed records lazily)."""
+        """ModelA on measured configs with compile features (compiling resumed records lazily). With a
+        transfer model and ``prior_check``, two: one on the transferred estimate, one on the task's own
+        features alone; :class:`PriorCheck` picks which ranks."""
         self.model_a = None
         comp = self.compiled
         if not self.params["use_a"] or not comp.available:
@@ -222,14 +293,35 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         if sum(1 for _, y in keep if y > 0) < MIN_VALID_FOR_A:
             return
         xs = [x for x, _ in keep]
+        X, y = self._features_a(xs), np.asarray([v for _, v in keep])
         offset = self.space.features([xs[0]]).shape[1]
-        columns = time_columns(comp.keys, offset)
-        if comp.prior is not None:   # the time model is a + b * (transfer estimate); the trees learn the rest
-            columns = {"term_cols": [offset + comp.keys.index(PRIOR_KEY)], "group_col": None}
-        self.model_a = AdvancedCostModel(**columns,
-                                         seed=self.seed + self.train_ct, max_rounds=self.params["max_rounds"])
-        self.model_a.fit(self._features_a(xs), np.asarray([y for _, y in keep]))
+        seed = self.seed + self.train_ct
         self._n["a_fits"] += 1
+        if comp.prior is None:
+            self.model_a = AdvancedCostModel(**time_columns(comp.keys, offset), seed=seed,
+                                             max_rounds=self.params["max_rounds"]).fit(X, y)
+            return
+        prior_col = offset + comp.keys.index(PRIOR_KEY)  # the time model is a + b * (transfer estimate)
+        with_prior = AdvancedCostModel(term_cols=[prior_col], group_col=None, seed=seed,
+                                       max_rounds=self.params["max_rounds"]).fit(X, y)
+        self._a_pair = {"prior": with_prior}
+        if self.params["prior_check"]:
+            own_keys = [k for k in comp.keys if k != PRIOR_KEY]
+            own = AdvancedCostModel(**time_columns(own_keys, offset), seed=seed, max_rounds=self.params["max_rounds"])
+            self._a_pair["own"] = OwnModel(own, prior_col).fit(X, y)
+            self._n["a_fits"] += 1
+        self.model_a = self._a_pair["own"] if self.prior_check.prefers_own() else with_prior
+
+    def _score_pair(self) -> None:
+        """Score last round's two ModelAs on the configs measured since (before refitting them)."""
+        start, self.prior_check.seen = self.prior_check.seen, len(self.xs)
+        if len(self._a_pair) < 2:
+            return
+        new = [(x, y) for x, y in zip(self.xs[start:], self.ys[start:]) if x in self.compiled]
+        if len(new) > 1:
+            X = self._features_a([x for x, _ in new])
+            self.prior_check.score([y for _, y in new], self._a_pair["prior"].predict(X),
+                                   self._a_pair["own"].predict(X))
 
     def _rank(self, indices: list[int]) -> list[int]:
         """Best first by ModelA (ModelP before ModelA exists; input order before either)."""
@@ -351,6 +443,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
         """Refit the models on everything so far and build the next round's measurement list."""
         n = self.params["plan_size"]
         t0 = time.perf_counter()
+        self._score_pair()
         a_first = self.p_learns_from_a
         if a_first:
             self._fit_a()  # ModelP learns from it
@@ -431,6 +524,9 @@ class ML2Tuner(CostModelTuner, TransferLearner):
             "v_fit_s": self._v_s,
             "v_threshold": float(v.threshold_) if v is not None else 0.0,
             "v_cv_precision": float(v.cv_precision_) if v is not None else 0.0,
+            "prior_dropped": float(self.model_a is not None and self.model_a is self._a_pair.get("own")),
+            "pairs_own_right": float(self.prior_check.own_right),
+            "pairs_prior_right": float(self.prior_check.prior_right),
         }
 
 
