@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -55,6 +56,16 @@ def _records(log: Path) -> int:
 def _on_board(name: str, command: str) -> str:
     with connect_board(Inventory().get(name)) as s:
         return s.run(command, check=True).stdout
+
+
+def _keepers(name: str) -> list[str]:
+    """This machine's tunnel keepers of board ``name`` still running (none should outlive ``board stop``)."""
+    out = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        args = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and "toolkit.rpc.tunnel" in args and name in args:
+            out.append(" ".join(args))
+    return out
 
 
 def _add(board, name: str, type_: str) -> None:
@@ -120,9 +131,11 @@ def test_rpi4_add_check_provision_tune_export_run_and_survive_a_lost_server(boar
         assert all(k["correct"] for k in result["results"]), result
         assert "and its SSH tunnels" in _ok("board", "stop", "pi").stdout
         assert "toolkit.rpc.agent" not in _on_board("pi", "ps -eo args")
+        assert _keepers("pi") == []
     finally:
         _cli("board", "stop", "pi")
         _ok("tracker", "stop")
+    assert _keepers("pi") == []
 
 
 def test_zcu102_agent_and_register_driver_on_aarch64_tune_and_run_bit_exact(board, known_hosts, tmp_path):
@@ -161,6 +174,7 @@ def test_zcu102_agent_and_register_driver_on_aarch64_tune_and_run_bit_exact(boar
     finally:
         _cli("board", "stop", "zcu")
         _ok("tracker", "stop")
+    assert _keepers("zcu") == []
 
 
 VTA_MODEL = '''
@@ -221,4 +235,6 @@ def test_rpi4_whole_model_tuned_exported_and_run_by_the_aarch64_runtime(board, k
             want = namespace["make"]()(torch.from_numpy(x)).numpy()    # computed here, on x86
         np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     finally:
+        _cli("board", "stop", "pi")
         _ok("tracker", "stop")
+    assert _keepers("pi") == []

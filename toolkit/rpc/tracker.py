@@ -68,7 +68,7 @@ def stop_group(pgid: int, timeout: float = 10.0) -> None:
     while _leader_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     kill_group(pgid, timeout)
-    _leader_alive(pgid)
+    _leader_alive(pgid)   # reaps the leader if it is our child
 
 
 def _leader_alive(pid: int) -> bool:

@@ -33,6 +33,7 @@ from toolkit.boards import BoardEntry, Inventory
 from toolkit.errors import BoardError, EdgetuneError
 from toolkit.rpc.ssh import SSHSession, connect_board
 from toolkit.rpc.state import read_state, remove_state, write_state
+from toolkit.rpc.tracker import stop_group
 
 
 def _pump(a, b) -> None:
@@ -191,26 +192,14 @@ def running_keeper(name: str) -> dict | None:
 
 
 def stop_keeper(name: str) -> bool:
-    """Stop a board's tunnel keeper; ``True`` if one was running."""
-    import signal
-
+    """Stop a board's tunnel keeper and what it started (SIGKILL when it does not end within 5 s of SIGTERM);
+    ``True`` if one was running."""
     state = read_state(f"tunnels/{name}")
     remove_state(f"tunnels/{name}")
-    if is_running(state):
-        try:
-            os.killpg(int(state["pid"]), signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            return False
-        for _ in range(50):
-            try:
-                os.waitpid(int(state["pid"]), os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if not is_running(state):
-                break
-            time.sleep(0.05)
-        return True
-    return False
+    if not is_running(state):
+        return False
+    stop_group(int(state["pid"]), timeout=5.0)
+    return True
 
 
 def start_keeper(name: str, tracker: tuple[str, int], agent_state: str, *, inventory: Path | None = None,
@@ -243,7 +232,7 @@ def start_keeper(name: str, tracker: tuple[str, int], agent_state: str, *, inven
             tail = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
             raise BoardError(f"the SSH tunnel to {name} failed: {tail[0]}")
         time.sleep(0.1)
-    proc.kill()
+    stop_group(proc.pid, timeout=5.0)
     raise BoardError(f"the SSH tunnel to {name} did not come up within {timeout:.0f}s; see {log_path}")
 
 
