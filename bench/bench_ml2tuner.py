@@ -38,9 +38,9 @@ from typing import Sequence
 
 import numpy as np
 
-from toolkit import backends, console, harness
+from bench.bench_testset import board_for
+from toolkit import console, harness
 from toolkit.backends import make_task as backend_task
-from toolkit.boards import Board
 from toolkit.harness import cpu_name, exhaustive_cache, save_checkpoint, trials_to_match, write_doc_section
 from toolkit.tuning.models.advanced import AdvancedCostModel, time_columns
 from toolkit.tuning.models.cost import XGBCostModel
@@ -60,11 +60,6 @@ SECTION = "## ML2Tuner"
 LAYERS = [f"C{i}" for i in range(2, 12)]
 SETTINGS = ("pynq-tvm", "pynq-own", "zcu102-tvm", "zcu102-own")
 TUNERS = ("xgb", "ml2tuner", "chameleon", "chameleon-ml2")
-
-
-def board_for(preset: str) -> Board:
-    """The simulator board with the VTA hardware preset ``preset`` (``vta-fsim`` itself for its own, ``pynq``)."""
-    return backends.board_for("vta-fsim", preset=None if preset == "pynq" else preset)
 
 
 def make_task(setting: str, layer: str) -> Task:
