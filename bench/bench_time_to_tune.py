@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         if old.get("trials") == args.trials and old.get("board_s") == board_s else {}
     runs: list[dict[str, Any]] = []
     saved = {"command": command, "environment": environment(command), "trials": args.trials, "seeds": args.seeds,
-             "board_s": board_s, "board_src": src, "runs": runs}
+             "board_s": board_s, "board_src": src, "runs": runs,
+             **({"local": old["local"]} if old.get("local") else {})}   # the local runs are kept
     with console.progress() as bar:
         tid = bar.add_task("whole-network runs", total=len(settings) * len(tuners) * args.seeds, status="")
         for setting in settings:

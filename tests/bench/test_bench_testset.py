@@ -38,6 +38,10 @@ def test_board_time_counts_compiles_trials_and_the_tuner():
     f = testset.run_figures(run, 1.0, 4, board_s=1.0)
     # 2 trials x (0.5 + 1) + half of (8 unmeasured compiles x 0.5 + 4 s of tuner time)
     assert f["board_s_to_opt"] == pytest.approx(2 * 1.5 + 0.5 * (8 * 0.5 + 4.0))
+    stopped = _run([2.0, 1.0, 1.0, 1.0], stopped="target", tuner_s=4.0, build_s=2.0, compiled=12)
+    f = testset.run_figures(stopped, 1.0, 4, board_s=1.0)
+    # stopped after the round holding the optimum: every compile and all the tuner's time came before it
+    assert f["board_s_to_opt"] == pytest.approx(2 * 1.5 + (8 * 0.5 + 4.0))
 
 
 def test_paired_figures_against_the_reference():
@@ -69,6 +73,23 @@ def test_cold_start_lines_set_the_cold_tuners_against_a_random_first_round():
     assert "transfer=pretrained" not in text
 
 
+def test_transfer_is_set_against_its_cold_self_layer_by_layer():
+    """Per layer, paired by seed: a layer counts as worse only when the mean difference is beyond 2 s.e."""
+    res = BenchResult({"machine": "m", "date": "d", "command": "c"}, {"trials": 40, "seeds": 3},
+                      {"a": {"optimum": 1.0}, "b": {"optimum": 1.0}})
+    warm, cold = "ml2tuner:prior_check=False:transfer=pretrained", "ml2tuner"
+    for s, (n_warm, n_cold) in enumerate([(2, 16), (3, 17), (2, 18)]):    # layer a: transfer far better
+        res.runs += [BenchRun("a", warm, s, n_warm, 0, 1.0, 1.0, 1.0, [2.0] * (n_warm - 1) + [1.0], stopped="target"),
+                     BenchRun("a", cold, s, n_cold, 0, 1.0, 1.0, 1.0, [2.0] * (n_cold - 1) + [1.0], stopped="target")]
+    for s, (n_warm, n_cold) in enumerate([(20, 4), (21, 4), (19, 5)]):    # layer b: transfer worse
+        res.runs += [BenchRun("b", warm, s, n_warm, 0, 1.0, 1.0, 1.0, [2.0] * (n_warm - 1) + [1.0], stopped="target"),
+                     BenchRun("b", cold, s, n_cold, 0, 1.0, 1.0, 1.0, [2.0] * (n_cold - 1) + [1.0], stopped="target")]
+    lines = testset.transfer_check(res)
+    row = next(x for x in lines if x.startswith(f"| {warm} | {cold} | 2 |"))
+    assert "| 1 / 1 |" in row and "(b)" in row, row
+    assert testset.cold_label(warm) == cold and testset.parse_label(warm)[1]["prior_check"] == "False"
+
+
 def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):
     """A tiny bench through run_bench (replayed, stopping at the optimum) rendered into the docs section."""
     for name in ("OUT", "IMG"):
@@ -88,7 +109,9 @@ def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):
 
 
 SAMPLE = [("test-pynq-a.json", "resnet50.L2", "xgb"), ("test-pynq-a.json", "resnet50.L2", "ml2tuner"),
-          ("test-pynq-a.json", "resnet50.L2", "ml2tuner:transfer=pretrained")]
+          ("test-pynq-a.json", "resnet50.L2", "ml2tuner:prior_check=False:transfer=pretrained"),
+          ("test-pynq-check.json", "resnet50.L2", "ml2tuner:transfer=pretrained"),
+          ("test-zcu102-check.json", "resnet50.L2", "ml2tuner:prior_pool=1024:transfer=pretrained")]
 TRIALS = 40
 
 
