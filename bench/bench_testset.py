@@ -292,14 +292,16 @@ def plot(result: BenchResult, path: Path, title: str) -> None:
                 curves.append(np.pad(c, (0, budget - len(c)), mode="edge") if len(c) < budget else c[:budget])
         arr = np.array(curves)
         mean, se = arr.mean(0), arr.std(0, ddof=1) / math.sqrt(len(arr)) if len(arr) > 1 else 0 * arr[0]
-        ax.plot(x, mean, color=f"C{i}", lw=1.4, label=f"{t} ({len(arr)} runs)")
+        layers = len({r.workload for r in result.runs if r.tuner == t and opt.get(r.workload)})
+        ax.plot(x, mean, color=f"C{i}", lw=1.4, label=f"{t} ({len(arr)} runs, {layers} layers)")
         ax.fill_between(x, np.maximum(mean - se, 1e-6), mean + se, color=f"C{i}", alpha=0.15, lw=0)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, None)
     ax.set_xlabel("trials (log scale)")
     ax.set_ylabel("mean regret: best / optimum - 1 (log scale)")
-    ax.set_title(f"{title}\n{len(result.workloads)} layers; band: ±1 s.e.; a trial before any valid config counts 10;\n"
+    ax.set_title(f"{title}\nmean over each tuner's runs (its layers in brackets: compare like with like); band: ±1 s.e.;\n"
+                 "a trial before any valid config counts 10; "
                  "regret 0 (optimum found) is below the axis", fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.2)
