@@ -53,7 +53,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
 TUNERS = "xgb,ml2tuner,ml2tuner:transfer=pretrained,chameleon-ml2:transfer=pretrained"
 REFERENCE = "xgb"
 CHECKPOINTS = (10, 25, 50, 100)
-TRANSFER = ":transfer=pretrained"
 
 
 def board_for(preset: str) -> Board:
@@ -71,6 +70,11 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
     """
     name, *items = label.split(":")
     return name, dict(item.partition("=")[::2] for item in items)
+
+
+def transfers(label: str) -> bool:
+    """Whether the label's tuner starts from the shipped (or held-out) transfer model."""
+    return parse_label(label)[1].get("transfer") == "pretrained"
 
 
 def cold_label(label: str) -> str:
@@ -93,7 +97,7 @@ def variants(labels: Sequence[str], preset: str, model: Any = None) -> dict[str,
     for label in labels:
         name, options = parse_label(label)
         opts: dict[str, Any] = dict(options)
-        if options.get("transfer") == "pretrained":
+        if transfers(label):
             opts["transfer"] = model if model is not None else load_pretrained(preset)
             if opts["transfer"] is None:
                 sys.exit(f"no pretrained model for {preset}; build them with make pretrained")
@@ -165,7 +169,7 @@ def run(split: str, setting: str, labels: list[str], trials: int, seeds: int, la
     def save(result: BenchResult) -> None:
         save_checkpoint(path, result.to_json(), indent=None)
 
-    loo = split == "development" and any(parse_label(x)[1].get("transfer") == "pretrained" for x in labels)
+    loo = split == "development" and any(transfers(x) for x in labels)
     models = held_out_models(s["preset"], workloads) if loo else {}
     blocks = [[wl] for wl in workloads] if loo else [workloads]
     result = previous
@@ -332,7 +336,7 @@ def cold_start(result: BenchResult) -> list[str]:
              "trials, are. Trials to the exact optimum of the cold tuners:", "",
              "| tuner | runs | geomean | median | within 16 / 32 / 64 trials | vs xgb |", "|---|---|---|---|---|---|"]
     for t in dict.fromkeys(r.tuner for r in result.runs):
-        if t == REFERENCE or TRANSFER in t:
+        if t == REFERENCE or transfers(t):
             continue
         mine = [(n, ref[(w, s)]) for (w, s, tt), n in t_opt.items() if tt == t and (w, s) in ref]
         if not mine:
@@ -358,7 +362,7 @@ def transfer_check(result: BenchResult) -> list[str]:
            for r in result.runs if opt.get(r.workload)}
     tuners = list(dict.fromkeys(r.tuner for r in result.runs))
     rows = []
-    for t in (t for t in tuners if TRANSFER in t and cold_label(t) in tuners):
+    for t in (t for t in tuners if transfers(t) and cold_label(t) in tuners):
         counts = {"log2": [0, 0], "regret": [0, 0]}
         worst: dict[str, tuple[float, float, str]] = {}
         n_layers = 0
