@@ -242,8 +242,7 @@ def _parse_only(argv: list[str]) -> None:
     root.main(args=argv, prog_name="edgetune", standalone_mode=False)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[_id(ex) for ex in EXAMPLES])
-def test_doc_example_runs(example: Example, sessions: dict[str, DocSession]) -> None:
+def _run_example(example: Example, sessions: dict[str, DocSession]) -> None:
     if example.skip is not None:
         _parse_only(example.argv)
         pytest.skip(f"{example.doc}:{example.line}: {example.skip}")
@@ -257,6 +256,25 @@ def test_doc_example_runs(example: Example, sessions: dict[str, DocSession]) -> 
             pytest.fail(f"an earlier example of {ex.doc} failed, so this one cannot run:\n{session.done[i]}")
     if session.done[mine]:
         pytest.fail(session.done[mine])
+
+
+def _doc_class(doc: str) -> type:
+    """A test class of one doc's examples: with ``--dist loadscope`` each doc is one unit of work, so the docs
+    run on several workers while a doc's examples stay in order on one."""
+    examples = [ex for ex in EXAMPLES if ex.doc == doc]
+
+    class DocExamples:
+        @pytest.mark.parametrize("example", examples, ids=[_id(ex) for ex in examples])
+        def test_doc_example_runs(self, example: Example, sessions: dict[str, DocSession]) -> None:
+            _run_example(example, sessions)
+
+    DocExamples.__name__ = DocExamples.__qualname__ = "TestDoc_" + re.sub(r"\W", "_", Path(doc).stem)
+    return DocExamples
+
+
+for _doc in dict.fromkeys(ex.doc for ex in EXAMPLES):
+    _cls = _doc_class(_doc)
+    globals()[_cls.__name__] = _cls
 
 
 def test_extraction_finds_the_documented_commands() -> None:

@@ -88,7 +88,10 @@ BUILDER_FAULTS = textwrap.dedent('''
 
     task = make_task(parse_workload("resnet18.C11"), resolve_board("vta-fsim"))
     template = Faulty(task.workload, task.board.profile)
-    builder = RayBuilder(sys.argv[1], timeout_s=4.0)
+    # Ray runs a task whose worker died twice more (SYSTEM_RETRIES), each on a freshly started worker, and the
+    # timeout counts from submission: it must hold three worker starts on a loaded machine, or the crash reads
+    # as a TIMEOUT
+    builder = RayBuilder(sys.argv[1], timeout_s=15.0)
     t0 = time.monotonic()
     first = builder.build(template, [task.space.get(i) for i in range(8)])
     valid = [i for i in range(2, task.space.size)

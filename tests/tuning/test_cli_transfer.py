@@ -40,6 +40,32 @@ def test_tune_with_transfer(tmp_path, earlier_logs, source):
     assert json.loads(res.stdout)["trials"] == 16 and len(read_log(log)[1]) == 16
 
 
+@pytest.fixture(scope="module")
+def local_log(tmp_path_factory):
+    """A log of another workload on ``local`` (random trials, real builds and measurements on this CPU)."""
+    path = tmp_path_factory.mktemp("local") / "other.jsonl"
+    res = runner.invoke(app, ["tune", "-w", OTHER, "-b", "local", "-t", "random", "-n", "12", "--log", str(path)])
+    assert res.exit_code == 0, res.output
+    return path
+
+
+def test_local_logs_transfer_to_another_workload_on_a_cpu_board(tmp_path, local_log):
+    """On a CPU board the transfer model learns from TIR features: it ranks the records it was fitted on, and
+    ``--transfer LOG`` starts a tune of another workload from it."""
+    from scipy.stats import spearmanr
+
+    from toolkit.tuning.models.transfer import transfer_model_from
+
+    records = [r for r in read_log(local_log)[1] if r.valid]
+    model = transfer_model_from(local_log)
+    assert spearmanr(model.predict_seconds([r.features for r in records]), [r.seconds for r in records]).statistic > 0.5
+    log = tmp_path / "t.jsonl"
+    res = runner.invoke(app, ["tune", "-w", SMALL, "-b", "local", "-t", "ml2tuner", "-n", "8", "--log", str(log),
+                              "--transfer", str(local_log), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trials"] == 8 and len(read_log(log)[1]) == 8
+
+
 @pytest.mark.parametrize("args, message", [
     (["-t", "xgb", "--transfer", "pretrained"], "does not learn from other tasks"),
     (["-t", "ml2tuner", "--transfer", "no/such/folder"], "does not exist"),

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import psutil
 
 from toolkit.errors import BoardError
-from toolkit.rpc.procs import SAFE_PATH, SAFE_PATH_ENV
+from toolkit.rpc.procs import SAFE_PATH, lean_env
 
 LOOPBACK = "127.0.0.1"
 _BIND = re.compile(r"bind to \S+?:(\d+)")
@@ -105,7 +105,7 @@ class _Process:
         self.argv = list(argv)
         fd, self.log_path = tempfile.mkstemp(prefix=f"edgetune-{self.kind}-", suffix=".log")
         self._log = os.fdopen(fd, "w")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **SAFE_PATH_ENV)   # its own children (TVM's workers) too
+        env = lean_env({**os.environ, "PYTHONUNBUFFERED": "1"})   # its own children (TVM's workers) too
         # with die_with_parent a guard (the group leader) kills the whole group when this process dies
         guard = [sys.executable, *SAFE_PATH, "-m", "toolkit.rpc.guard", str(os.getpid())] if die_with_parent else []
         self.proc = subprocess.Popen([*guard, *self.argv], stdout=self._log, stderr=subprocess.STDOUT,

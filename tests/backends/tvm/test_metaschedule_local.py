@@ -23,6 +23,8 @@ from toolkit.backends import make_task
 
 WL = "conv2d:H=14,W=14,CI=16,CO=32,K=3,S=1,P=1"
 TRIALS = 4
+POPULATION = 32
+"""The evolutionary search's population here (MetaSchedule's 512 spends minutes per round on 2 cores)."""
 cli = CliRunner()
 
 
@@ -42,7 +44,7 @@ def ms_log(tmp_path_factory, local_rpc):
     """`edgetune tune --tuner metaschedule` on local: MetaSchedule's RPCRunner on the loopback tracker."""
     log = tmp_path_factory.mktemp("ms") / "local.jsonl"
     r = _invoke("tune", "-b", "local", "-w", WL, "-t", "metaschedule", "-n", TRIALS, "-o", f"trials_per_iter={TRIALS}",
-                "--log", log, "--json")
+                "-o", f"population={POPULATION}", "--log", log, "--json")
     assert r.exit_code == 0, r.output
     return log, json.loads(r.output[r.output.index("{"):])
 
@@ -113,7 +115,7 @@ def test_resume_counts_the_log_and_seeds_metaschedule(ms_log, tmp_path, local_rp
     log = tmp_path / "resumed.jsonl"
     shutil.copyfile(ms_log[0], log)
     task = make_task(parse_workload(WL), resolve_board("local"))
-    summary = tune(task, MetaScheduleTuner(seed=1, trials_per_iter=2), TRIALS + 2, log=log, resume=True)
+    summary = tune(task, MetaScheduleTuner(seed=1, trials_per_iter=2, population=POPULATION), TRIALS + 2, log=log, resume=True)
     assert (summary.resumed, summary.trials) == (TRIALS, TRIALS + 2)
     records = read_log(log)[1]
     assert [r.trial for r in records] == list(range(TRIALS + 2))

@@ -41,6 +41,7 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 from toolkit.boards import BoardProfile
 from toolkit.errors import ConfigError
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S, ConvTemplateBase
+from toolkit.tuning.core.builder import worker_env
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.journal import Journal, Record, open_journal
 from toolkit.tuning.core.runner import MeasureOptions
@@ -212,6 +213,8 @@ class MetaScheduleTuner(Driver):
         "cost_model": Option("xgb", "MetaSchedule cost model", str, ("xgb", "mlp", "random")),
         "strategy": Option("evolutionary", "MetaSchedule search strategy", str,
                            ("evolutionary", "replay-trace", "replay-func")),
+        "population": Option(512, "candidates the evolutionary search keeps per generation (MetaSchedule's "
+                             "default)", int, low=2),
         "build_timeout": Option(BUILD_TIMEOUT_S, "seconds one build may take before it counts as failed "
                                 "(edgetune's builder default)", float, low=0, low_open=True),
     }
@@ -284,15 +287,23 @@ class MetaScheduleTuner(Driver):
                   options: MeasureOptions, database: Any, journal_cb: Any) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        with tempfile.TemporaryDirectory(prefix="edgetune-ms-") as work_dir:
+        with tempfile.TemporaryDirectory(prefix="edgetune-ms-") as work_dir, worker_env():   # its build workers
             ms.tune_tir(
                 mod, target, work_dir, max_trials_global=n_trials,
                 num_trials_per_iter=min(self.params["trials_per_iter"], n_trials),
                 builder=ms_builder(task.board.profile, timeout_s=self.params["build_timeout"]),
                 runner=ms_rpc_runner(host, port, key, options), database=database,
-                cost_model=self.params["cost_model"], strategy=self.params["strategy"],
+                cost_model=self.params["cost_model"], strategy=self._strategy(),
                 measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), journal_cb],
                 seed=self.seed, num_tuning_cores=os.cpu_count() or 1)
+
+    def _strategy(self) -> Any:
+        """The search strategy: MetaSchedule's evolutionary search with ``population``, or a replay by name."""
+        from tvm.s_tir import meta_schedule as ms
+
+        if self.params["strategy"] != "evolutionary":
+            return self.params["strategy"]
+        return ms.search_strategy.EvolutionarySearch(population_size=self.params["population"])
 
 
 @contextlib.contextmanager

@@ -42,6 +42,8 @@ _LOST_HINTS = ("socket", "connection", "connect", "closed", "eof", "peer", "brok
 
 REUSE_MARGIN_S = 10.0
 """A session is reused only while ``session_timeout`` leaves the run's timeout plus this margin."""
+LEFT_CHECK_S = 2.0
+"""How often a run waiting for a session of its own loopback board (``local``) checks the server is still there."""
 
 
 class _SessionLost(Exception):
@@ -268,7 +270,7 @@ class RPCRunner(Runner):
                 box["error"] = exc
 
         thread = threading.Thread(target=work, name="edgetune-rpc-measure", daemon=True)
-        begun = time.monotonic()
+        begun = checked = time.monotonic()
         thread.start()
         while thread.is_alive():
             thread.join(0.1)
@@ -278,6 +280,12 @@ class RPCRunner(Runner):
                     raise TimeoutError(f"the run did not finish within {options.timeout_s:g} s")
             elif now - begun > self.wait_s + 60.0:
                 raise _SessionLost(f"no session and upload within {self.wait_s + 60.0:.0f} s")
+            elif self._restart is not None and box.get("stage") == "session" and now - checked >= LEFT_CHECK_S:
+                # the tracker queues a request for a server that left; this runner's own (``local``) is
+                # started again at once instead of waiting out the queue
+                checked = now
+                if not self.board_present():
+                    raise _SessionLost("the server left the tracker while this run waited for a session")
         if "error" in box:
             raise box["error"]
         self._live = box.get("live")

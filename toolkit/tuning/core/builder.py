@@ -113,18 +113,23 @@ class Builder(abc.ABC):
 
 
 @contextlib.contextmanager
-def _safe_path() -> Iterator[None]:
-    """``PYTHONSAFEPATH=1`` while worker processes start (``python -c`` would put the working folder first on
-    their ``sys.path``: a ``toolkit.py`` or ``tvm.py`` there would be imported instead of the packages)."""
-    old = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
+def worker_env() -> Iterator[None]:
+    """The environment worker processes start with (:func:`~toolkit.rpc.procs.lean_env`): ``PYTHONSAFEPATH=1``
+    (``python -c`` would put the working folder first on their ``sys.path``: a ``toolkit.py`` or ``tvm.py``
+    there would be imported instead of the packages) and no PyTorch."""
+    from toolkit.rpc.procs import lean_env
+
+    keys = ("PYTHONSAFEPATH", "PYTHONPATH")
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: v for k, v in lean_env(os.environ).items() if k in keys})
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("PYTHONSAFEPATH", None)
-        else:
-            os.environ["PYTHONSAFEPATH"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 KILL_JOIN_S = 10.0
@@ -157,7 +162,7 @@ class LocalBuilder(Builder):
             if self.mp_context == "forkserver":
                 ctx.set_forkserver_preload(list(self.preload))   # used when this process starts its forkserver
             self._pool = cf.ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=ctx)
-            with _safe_path():   # the forkserver and workers start here: the working folder stays off sys.path
+            with worker_env():   # the forkserver and workers start here: the working folder stays off sys.path
                 cf.wait([self._pool.submit(_warm_up, self.preload) for _ in range(self.n_parallel)],
                         timeout=WARM_UP_S)
         return self._pool

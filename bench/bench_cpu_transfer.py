@@ -1,0 +1,156 @@
+"""Transfer on a CPU board: test-set layers tuned on ``local`` with a model fitted on development-set logs.
+
+``.venv/bin/python -m bench.bench_cpu_transfer`` first tunes each development layer (ResNet-18 C2-C11) on
+``local`` with ``xgb`` (``--train-trials`` each, real builds and measurements) into
+``bench/out/cpu-transfer/logs/`` (resumable; a user's own earlier logs of the same board are what
+``--transfer`` takes), fits a transfer model on those logs, then runs ``xgb``, cold ``ml2tuner`` and
+``ml2tuner`` with that model on held-out test-set layers (``--layers``), ``--trials`` trials and ``--seeds``
+seeds each, live on this machine. Runs are saved after each one in ``bench/out/cpu-transfer/test-local.json``
+and a rerun resumes; ``--report-only`` rewrites the docs section from the saved runs.
+
+The figure is the issue's: trials to reach ``xgb``'s final best (within 1 %, the harness's match) over
+``xgb``'s own trials to it, paired by layer and seed (geometric mean; a run that never matched counts with its
+whole budget, a lower bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from toolkit.harness import BenchResult, geomean, run_bench, save_checkpoint, write_doc_section
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out" / "cpu-transfer"
+LOGS = OUT / "logs"
+RESULT = OUT / "test-local.json"
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Transfer on a CPU board (`local`)"
+LAYERS = "mobilenet_v1.L9,resnet50.L13,yolov3_tiny.L5,conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0"
+TRANSFER = "ml2tuner:transfer=development-logs"
+TUNERS = ("xgb", "ml2tuner", TRANSFER)
+
+
+def train_logs(trials: int, progress: Any) -> Path:
+    """Tune every development layer on ``local`` with ``xgb`` into :data:`LOGS` (resuming what is there)."""
+    from toolkit.backends import board_for, make_task
+    from toolkit.tuning.session import tune
+    from toolkit.tuning.tuners.base import make_tuner
+    from toolkit.workloads.splits import development_set
+
+    board = board_for("local")
+    LOGS.mkdir(parents=True, exist_ok=True)
+    for i, wl in enumerate(development_set()):
+        log = LOGS / f"{wl.label}.jsonl"
+        progress(f"development logs: {wl.label}", i)
+        tune(make_task(wl, board), make_tuner("xgb", seed=0), trials, log=log, resume=log.exists())
+    return LOGS
+
+
+def run(layers: list[str], trials: int, seeds: int, train_trials: int) -> None:
+    from toolkit import console
+    from toolkit.backends import board_for
+    from toolkit.tuning.models.transfer import transfer_model_from
+    from toolkit.workloads import parse_workload
+
+    command = "python -m bench.bench_cpu_transfer " + " ".join(sys.argv[1:])
+    previous = BenchResult.load(RESULT) if RESULT.exists() else None
+    with console.progress() as bar:
+        tid = bar.add_task("development logs", total=10, status="")
+        train_logs(train_trials, lambda what, done: bar.update(tid, completed=done, status=what))
+        bar.update(tid, completed=10)
+        model = transfer_model_from(LOGS)
+        variants = {"ml2tuner": ("ml2tuner", {"transfer": None}), TRANSFER: ("ml2tuner", {"transfer": model})}
+        tid = bar.add_task("test layers on local", total=len(layers) * seeds * len(TUNERS), status="")
+        run_bench(board_for("local"), [parse_workload(x) for x in layers], list(TUNERS), trials, seeds,
+                  reference="xgb", replay=False, command=command, previous=previous, variants=variants,
+                  progress=lambda what, done, total: bar.update(tid, completed=done, status=what),
+                  checkpoint=lambda r: save_checkpoint(RESULT, r.to_json(), indent=None))
+
+
+def report() -> str:
+    """The docs section from the saved runs."""
+    res = BenchResult.load(RESULT)
+    env, runs = res.environment, res.runs
+    ref = {(r.workload, r.seed): r for r in runs if r.tuner == "xgb"}
+    layers = list(dict.fromkeys(r.workload for r in runs))
+
+    def ratio(tuner: str, layer: str | None = None) -> tuple[float | None, int, int]:
+        pairs = [(r, ref[r.workload, r.seed]) for r in runs if r.tuner == tuner and (r.workload, r.seed) in ref
+                 and (layer is None or r.workload == layer) and ref[r.workload, r.seed].trials_to_match]
+        return (geomean((r.trials_to_match or r.trials) / p.trials_to_match for r, p in pairs),
+                sum(1 for r, _ in pairs if r.trials_to_match is None), len(pairs))
+
+    def med(tuner: str, layer: str, key: str) -> float:
+        return statistics.median(getattr(r, key) or r.trials for r in runs if r.tuner == tuner and r.workload == layer)
+
+    lines = [SECTION, "",
+             f"Held-out test-set layers tuned on `local` (this machine's CPU, real TVM builds and measurements), "
+             f"{res.settings['trials']} trials and {res.settings['seeds']} seeds per tuner. `{TRANSFER}` starts from "
+             f"a transfer model fitted on `xgb` logs of the development layers (ResNet-18 C2-C11) on the same board, "
+             "as `edgetune tune --transfer LOGS` does; `ml2tuner` starts cold. The figure: trials to reach `xgb`'s "
+             "final best (within 1 %) over `xgb`'s own trials to it, paired by layer and seed, geometric mean; a run "
+             "that never got there counts with its whole budget (a lower bound on its ratio).", "",
+             f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
+             "| tuner | trials to `xgb`'s final best / `xgb`'s (geomean) | runs that never got there | final best / "
+             "`xgb`'s (geomean) | tuner s / trial |",
+             "|---|---|---|---|---|"]
+    for tuner in TUNERS:
+        mine = [r for r in runs if r.tuner == tuner]
+        if not mine:
+            continue
+        value, never, n = ratio(tuner)
+        per_trial = sum(r.tuner_s for r in mine) / max(1, sum(r.trials for r in mine))
+        best = geomean(r.best() / ref[r.workload, r.seed].best() for r in mine if (r.workload, r.seed) in ref)
+        lines.append(f"| `{tuner}` | {_f(value)} | {never} of {n} | {_f(best)} | {per_trial:.3f} |")
+    lines += ["", "Per layer (median trials to `xgb`'s final best over seeds; `xgb`: to its own final best):", "",
+              "| layer | " + " | ".join(f"`{t}`" for t in TUNERS) + " | ratio with transfer |",
+              "|---|" + "---|" * (len(TUNERS) + 1)]
+    for layer in layers:
+        cells = [f"{med(t, layer, 'trials_to_match'):.0f}" for t in TUNERS]
+        lines.append(f"| {layer} | " + " | ".join(cells) + f" | {_f(ratio(TRANSFER, layer)[0])} |")
+    value, _, _ = ratio(TRANSFER)
+    if value is not None:
+        lines += ["", f"Target (`local`, with transfer, <= 0.3x `xgb`'s trials to its final best): "
+                      f"{'met' if value <= 0.3 else 'missed'} ({value:.3f}x)."]
+    return "\n".join(lines) + "\n"
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default=LAYERS, help="test-set layers, comma-separated (specs may hold commas: "
+                    "separate layers with ';' then)")
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--train-trials", type=int, default=64, help="xgb trials per development layer")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.report_only:
+        run(split_layers(args.layers), args.trials, args.seeds, args.train_trials)
+    write_doc_section(DOC, SECTION, report())
+
+
+def split_layers(text: str) -> list[str]:
+    """Layer names and specs from ``--layers``: ``a,b,conv2d:H=..,W=..`` keeps a spec's own commas.
+
+    >>> split_layers("resnet50.L13,conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0,vgg16.L9")
+    ['resnet50.L13', 'conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0', 'vgg16.L9']
+    """
+    out: list[str] = []
+    for part in text.replace(";", ",").split(","):
+        if "=" in part and out and out[-1].startswith("conv2d:") and not part.startswith("conv2d:"):
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return [x for x in out if x]
+
+
+if __name__ == "__main__":
+    main()
