@@ -3,13 +3,8 @@ edgetune to signal an unrelated process that reuses the number."""
 
 from __future__ import annotations
 
-import atexit
-import functools
 import os
-import shutil
-import tempfile
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import psutil
 
@@ -19,28 +14,6 @@ SAFE_PATH = ("-P",)
 folder a command runs in is never imported by the processes edgetune starts."""
 SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 """The same for the processes those start (TVM's RPC workers), through the environment they inherit."""
-
-
-@functools.cache
-def _no_torch_dir() -> str:
-    """A private folder (removed at exit) holding a ``torch`` package that raises ImportError when imported."""
-    folder = Path(tempfile.mkdtemp(prefix="edgetune-no-torch-"))
-    (folder / "torch").mkdir()
-    (folder / "torch" / "__init__.py").write_text(
-        'raise ImportError("PyTorch is not loaded in the TVM worker processes edgetune starts")\n')
-    atexit.register(shutil.rmtree, folder, True)
-    return str(folder)
-
-
-def lean_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` for a TVM process that needs no PyTorch (RPC tracker and server, their workers, build workers).
-
-    apache-tvm-ffi imports PyTorch whenever it is installed, seconds of start-up per process. With a folder
-    first on ``PYTHONPATH`` whose ``torch`` raises ImportError, TVM starts as without PyTorch. Processes that
-    outlive this one lose only the speed-up: the folder is removed at exit and ``torch`` imports again.
-    """
-    paths = [_no_torch_dir(), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    return {**env, **SAFE_PATH_ENV, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def identity(pid: int | None = None) -> dict[str, Any]:

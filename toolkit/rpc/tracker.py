@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterator, Sequence
 import psutil
 
 from toolkit.errors import BoardError
-from toolkit.rpc.procs import SAFE_PATH, lean_env
+from toolkit.child_env import lean_env
+from toolkit.rpc.procs import SAFE_PATH
 
 LOOPBACK = "127.0.0.1"
 _BIND = re.compile(r"bind to \S+?:(\d+)")

@@ -117,7 +117,7 @@ def worker_env() -> Iterator[None]:
     """The environment worker processes start with (:func:`~toolkit.rpc.procs.lean_env`): ``PYTHONSAFEPATH=1``
     (``python -c`` would put the working folder first on their ``sys.path``: a ``toolkit.py`` or ``tvm.py``
     there would be imported instead of the packages) and no PyTorch."""
-    from toolkit.rpc.procs import lean_env
+    from toolkit.child_env import lean_env
 
     keys = ("PYTHONSAFEPATH", "PYTHONPATH")
     old = {k: os.environ.get(k) for k in keys}
