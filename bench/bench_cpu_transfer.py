@@ -16,6 +16,7 @@ whole budget, a lower bound).
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -125,31 +126,16 @@ def _f(value: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", default=LAYERS, help="test-set layers, comma-separated (specs may hold commas: "
-                    "separate layers with ';' then)")
+    ap.add_argument("--layers", default=LAYERS, help="test-set layers, comma- or semicolon-separated (as "
+                    "bench_testset's --layers)")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--train-trials", type=int, default=64, help="xgb trials per development layer")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
     if not args.report_only:
-        run(split_layers(args.layers), args.trials, args.seeds, args.train_trials)
+        run(re.split(r";|,(?=[a-z])", args.layers), args.trials, args.seeds, args.train_trials)
     write_doc_section(DOC, SECTION, report())
-
-
-def split_layers(text: str) -> list[str]:
-    """Layer names and specs from ``--layers``: ``a,b,conv2d:H=..,W=..`` keeps a spec's own commas.
-
-    >>> split_layers("resnet50.L13,conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0,vgg16.L9")
-    ['resnet50.L13', 'conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0', 'vgg16.L9']
-    """
-    out: list[str] = []
-    for part in text.replace(";", ",").split(","):
-        if "=" in part and out and out[-1].startswith("conv2d:") and not part.startswith("conv2d:"):
-            out[-1] += "," + part
-        else:
-            out.append(part)
-    return [x for x in out if x]
 
 
 if __name__ == "__main__":

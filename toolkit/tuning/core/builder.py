@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
+from toolkit.child_env import lean_env
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, BuildError, Template
@@ -114,11 +115,9 @@ class Builder(abc.ABC):
 
 @contextlib.contextmanager
 def worker_env() -> Iterator[None]:
-    """The environment worker processes start with (:func:`~toolkit.rpc.procs.lean_env`): ``PYTHONSAFEPATH=1``
+    """The environment worker processes start with (:func:`~toolkit.child_env.lean_env`): ``PYTHONSAFEPATH=1``
     (``python -c`` would put the working folder first on their ``sys.path``: a ``toolkit.py`` or ``tvm.py``
     there would be imported instead of the packages) and no PyTorch."""
-    from toolkit.child_env import lean_env
-
     keys = ("PYTHONSAFEPATH", "PYTHONPATH")
     old = {k: os.environ.get(k) for k in keys}
     os.environ.update({k: v for k, v in lean_env(os.environ).items() if k in keys})
