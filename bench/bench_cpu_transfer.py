@@ -8,6 +8,11 @@
 seeds each, live on this machine. Runs are saved after each one in ``bench/out/cpu-transfer/test-local.json``
 and a rerun resumes; ``--report-only`` rewrites the docs section from the saved runs.
 
+``--emulated N`` measures instead how the same model ranks configs on another CPU: ``N`` random configs of each
+layer are measured on an emulated Raspberry Pi 4 (Debian arm64 under qemu-user, provisioned over SSH as a user
+does it; timings are emulated) and, as the baseline, ``N`` random configs on ``local``; the figure is the Spearman
+correlation of the model's estimates with the measured times (``bench/out/cpu-transfer/emulated.json``).
+
 The figure is the issue's: trials to reach ``xgb``'s final best (within 1 %, the harness's match) over
 ``xgb``'s own trials to it, paired by layer and seed (geometric mean; a run that never matched counts with its
 whole budget, a lower bound).
@@ -16,6 +21,7 @@ whole budget, a lower bound).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
@@ -28,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "cpu-transfer"
 LOGS = OUT / "logs"
 RESULT = OUT / "test-local.json"
+RANKING = OUT / "emulated.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Transfer on a CPU board (`local`)"
 LAYERS = "mobilenet_v1.L9,resnet50.L13,yolov3_tiny.L5,conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0"
@@ -70,6 +77,91 @@ def run(layers: list[str], trials: int, seeds: int, train_trials: int) -> None:
                   reference="xgb", replay=False, command=command, previous=previous, variants=variants,
                   progress=lambda what, done, total: bar.update(tid, completed=done, status=what),
                   checkpoint=lambda r: save_checkpoint(RESULT, r.to_json(), indent=None))
+
+
+def ranking(layers: list[str], n: int) -> None:
+    """Measure ``n`` random configs of each layer on an emulated Raspberry Pi 4 and on ``local`` (through the
+    CLI, as a user runs it) and save how the development-log model ranks each set (:data:`RANKING`)."""
+    from toolkit.harness import environment
+    from toolkit.testing import emulated_board as emu
+    from toolkit.tuning.models.transfer import transfer_model_from
+
+    if emu.skip_reason():
+        raise SystemExit(f"emulated boards are unavailable here: {emu.skip_reason()}")
+    model = transfer_model_from(LOGS)
+    image = emu.build_image(say=lambda m: print(m, file=sys.stderr, flush=True))
+    logs = OUT / "emulated"
+    logs.mkdir(parents=True, exist_ok=True)
+    with emu.provisioned(image, "pi", "rpi4") as cli:
+        for layer in layers:
+            for name in ("pi", "local"):
+                log = logs / f"{name}-{layer}.jsonl"
+                print(f"{n} random configs of {layer} on {name} ...", file=sys.stderr, flush=True)
+                cli("tune", "--board", name, "-w", layer, "--tuner", "random", "--trials", n, "--seed", 0,
+                    "--log", log, *(["--resume"] if log.exists() else []))
+    save_checkpoint(RANKING, {"environment": environment("python -m bench.bench_cpu_transfer "
+                                                         + " ".join(sys.argv[1:])),
+                              "configs_per_layer": n, "layers": ranking_rows(layers, model, logs)})
+
+
+def ranking_rows(layers: list[str], model: Any, logs: Path) -> list[dict[str, Any]]:
+    """Per layer and board (``pi``, ``local``): how ``model`` ranks the measured configs in ``logs``, and, as
+    the control, how a model fitted on the same board's records of the other layers does (``own``)."""
+    from scipy.stats import spearmanr
+
+    from toolkit.tuning.journal import read_log
+    from toolkit.tuning.models.transfer import TransferModel, task_records
+    from toolkit.tuning.replay import compile_features_of
+
+    recs = {(name, layer): [r for r in read_log(logs / f"{name}-{layer}.jsonl")[1] if r.valid and r.features]
+            for layer in layers for name in ("pi", "local")}
+
+    def ranks(m: Any, rs: list[Any]) -> dict[str, Any]:
+        pred = m.predict_seconds([compile_features_of(r.features) for r in rs])
+        measured = [r.seconds for r in rs]
+        top = sorted(range(len(rs)), key=lambda i: pred[i])[:5]
+        return {"configs": len(rs), "spearman": float(spearmanr(pred, measured).statistic),
+                "top5_best_vs_best": min(measured) / min(measured[i] for i in top),
+                "spread": max(measured) / min(measured)}
+
+    rows = []
+    for layer in layers:
+        row: dict[str, Any] = {"layer": layer}
+        for name in ("pi", "local"):
+            own = TransferModel(seed=0).fit(task_records([r for (b, w), rs in recs.items()
+                                                          if b == name and w != layer for r in rs]))
+            row[name] = {**ranks(model, recs[name, layer]), "own": ranks(own, recs[name, layer])}
+        rows.append(row)
+    return rows
+
+
+def ranking_report() -> list[str]:
+    """The docs lines of the emulated-ranking measurement (none before it ran)."""
+    if not RANKING.exists():
+        return ["", "How the model ranks configs on another CPU (the emulated aarch64 board) is not measured yet: "
+                    "`python -m bench.bench_cpu_transfer --emulated 32`."]
+    data = json.loads(RANKING.read_text())
+    env = data["environment"]
+    lines = ["", "**Another CPU.** The same model (fitted on `local` records only) ranking random configs measured on "
+             "an emulated Raspberry Pi 4 (Debian arm64 under qemu-user on this machine: the times are emulated, "
+             "about 100x a native run, not a Pi's), against its ranking of random configs measured on `local`. "
+             "*Spearman*: rank correlation of the model's estimates with the measured times (1 = the same order, "
+             "0 = no better than chance); *top 5*: the best measured time among the model's top 5 over the "
+             "sample's best (1 = the model's top 5 hold it); *spread*: the slowest sampled config's time over the "
+             "fastest's. The control, *own board*: a model fitted the same way on the same board's records of the "
+             "other layers. "
+             f"{data['configs_per_layer']} random configs per layer and board (valid ones in brackets).", "",
+             f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
+             "| layer | Spearman: `local` model on emulated aarch64 | own board (emulated) | `local` model on "
+             "`local` | own board (`local`) | top 5: emulated aarch64 | top 5: `local` | spread: emulated aarch64 | "
+             "spread: `local` |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in data["layers"]:
+        pi, loc = row["pi"], row["local"]
+        lines.append(f"| {row['layer']} | {pi['spearman']:.2f} ({pi['configs']}) | {pi['own']['spearman']:.2f} | "
+                     f"{loc['spearman']:.2f} ({loc['configs']}) | {loc['own']['spearman']:.2f} | "
+                     f"{_f(pi['top5_best_vs_best'])} | {_f(loc['top5_best_vs_best'])} | {pi['spread']:.1f}x | "
+                     f"{loc['spread']:.1f}x |")
+    return lines
 
 
 def report() -> str:
@@ -117,6 +209,7 @@ def report() -> str:
     if value is not None:
         lines += ["", f"Target (`local`, with transfer, <= 0.3x `xgb`'s trials to its final best): "
                       f"{'met' if value <= 0.3 else 'missed'} ({value:.3f}x)."]
+    lines += ranking_report()
     return "\n".join(lines) + "\n"
 
 
@@ -131,9 +224,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--train-trials", type=int, default=64, help="xgb trials per development layer")
+    ap.add_argument("--emulated", type=int, metavar="N", help="instead of tuning: N random configs per layer on an "
+                    "emulated Raspberry Pi 4 and on local, ranked by the model (needs root and the emulated image)")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
-    if not args.report_only:
+    if args.emulated:
+        ranking(re.split(r";|,(?=[a-z])", args.layers), args.emulated)
+    elif not args.report_only:
         run(re.split(r";|,(?=[a-z])", args.layers), args.trials, args.seeds, args.train_trials)
     write_doc_section(DOC, SECTION, report())
 

@@ -157,47 +157,15 @@ def _export_and_run(preset: str, log: Path | None, name: str) -> dict[str, Any]:
 def _emulated(export: Path) -> dict[str, Any]:
     """Run ``export`` (a ZCU102 export) on an emulated ZCU102 (aarch64 under qemu-user, the agent with the
     simulated device, reached over SSH), as ``edgetune run`` does it: one agent call per run."""
-    import os
-    import socket
-    import subprocess
-    import tempfile
-
     from toolkit.testing import emulated_board as emu
 
     if emu.skip_reason():
         return {"skipped": emu.skip_reason()}
     image = emu.build_image(say=lambda m: print(m, file=sys.stderr, flush=True))
-    with tempfile.TemporaryDirectory(prefix="edgetune-bench-") as tmp:
-        home = Path(tmp)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(home / "state"),
-               "XDG_CONFIG_HOME": str(home / "config"), "EDGETUNE_INVENTORY": str(home / "inventory.toml"),
-               "EDGETUNE_KNOWN_HOSTS": str(home / "known_hosts"), "EDGETUNE_SSH_CONFIG": str(home / "none")}
-        env.pop("SSH_AUTH_SOCK", None)
-
-        def cli(*args: Any, ok: bool = True) -> subprocess.CompletedProcess:
-            r = subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], env=env, capture_output=True,
-                               text=True, timeout=3600)
-            if ok and r.returncode != 0:
-                raise SystemExit(f"edgetune {' '.join(map(str, args))} failed: {r.stderr.strip()[-400:]}")
-            return r
-
-        board = emu.start_board(image)
-        try:
-            (home / "known_hosts").write_text(board.known_hosts_line)
-            cli("board", "add", "zcu", "--type", "zcu102", "--host", board.address, "--user", "root", "--key",
-                board.client_key)
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            cli("tracker", "start", "--port", port)
-            cli("board", "provision", "zcu", "--system-site-packages", "--executor", "fsim")
-            started = time.perf_counter()
-            run = json.loads(cli("run", export, "--board", "zcu", "--check", "--json", "--timeout", "600").stdout)
-            wall = time.perf_counter() - started
-        finally:
-            cli("board", "stop", "zcu", ok=False)
-            cli("tracker", "stop", ok=False)
-            board.stop()
+    with emu.provisioned(image, "zcu", "zcu102", "--executor", "fsim", timeout_s=3600) as cli:
+        started = time.perf_counter()
+        run = json.loads(cli("run", export, "--board", "zcu", "--check", "--json", "--timeout", "600").stdout)
+        wall = time.perf_counter() - started
     d = run["details"]
     return {"vta_ms": d["vta_ms"], "cpu_ms": d["cpu_ms"], "latency_ms": run["latency_ms"],
             "bit_exact": d["bit_exact"], "correct": run["correct"], "wall_s": wall}

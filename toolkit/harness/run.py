@@ -106,6 +106,15 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
             live.close()
     return _finish(result, tuners, reference)
 
+def _shown(path: Path) -> str:
+    """``path`` as results record it: relative to the working folder when inside it (results are committed and
+    compared across machines), else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: int, tuners: Sequence[str],
                     trials: int, seeds: int, template_options: dict[str, Any], replay: bool,
                     cache_dirs: Sequence[str | Path], tuner_options: dict[str, Any], live: Runner | None,
@@ -121,7 +130,7 @@ def _bench_workload(result: BenchResult, board: Board, wl: Conv2dWorkload, wi: i
                              (lambda d, n: progress(f"cache {wl.label}", d, n)) if progress else None, cluster)
         best = cache.best()
         info.update(optimum=best.seconds if best else None, optimum_index=best.index if best else None,
-                    cache=str(cache.path))
+                    cache=_shown(cache.path))
         builder, runner = CompileReplayBuilder.for_task(task, cache), CachedRunner(cache)
     else:
         if cluster is not None:

@@ -338,6 +338,46 @@ def emulated_board(image: Path) -> Iterator[EmulatedBoard]:
         board.stop()
 
 
+@contextlib.contextmanager
+def provisioned(image: Path, name: str, board_type: str, *provision: str,
+                timeout_s: float = 7200) -> Iterator[Callable[..., subprocess.CompletedProcess]]:
+    """A board started from ``image``, added as ``name`` (``--type board_type``), given a tracker and provisioned
+    (``board provision NAME --system-site-packages *provision``) by the CLI as a user runs it, in a private
+    home (its own inventory, known hosts and state; no SSH agent). Yields ``cli(*args, ok=True)``, which runs
+    ``edgetune ARGS`` there (``ok``: exit with its error when it fails); board, tracker and board namespace are
+    stopped afterwards."""
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory(prefix="edgetune-emulated-") as tmp:
+        home = Path(tmp)
+        env = {**os.environ, "PYTHONPATH": str(root), "XDG_STATE_HOME": str(home / "state"),
+               "XDG_CONFIG_HOME": str(home / "config"), "EDGETUNE_INVENTORY": str(home / "inventory.toml"),
+               "EDGETUNE_KNOWN_HOSTS": str(home / "known_hosts"), "EDGETUNE_SSH_CONFIG": str(home / "none")}
+        env.pop("SSH_AUTH_SOCK", None)
+
+        def cli(*args: object, ok: bool = True) -> subprocess.CompletedProcess:
+            r = subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], env=env, capture_output=True,
+                               text=True, timeout=timeout_s)
+            if ok and r.returncode != 0:
+                raise SystemExit(f"edgetune {' '.join(map(str, args))} failed: {r.stderr.strip()[-400:]}")
+            return r
+
+        board = start_board(image)
+        try:
+            (home / "known_hosts").write_text(board.known_hosts_line)
+            cli("board", "add", name, "--type", board_type, "--host", board.address, "--user", "root", "--key",
+                board.client_key)
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            cli("tracker", "start", "--port", port)
+            cli("board", "provision", name, "--system-site-packages", *provision)
+            yield cli
+        finally:
+            cli("board", "stop", name, ok=False)
+            cli("tracker", "stop", ok=False)
+            board.stop()
+
+
 def check(image: Path, say: Callable[[str], None] = print) -> str:
     """Start a board, log in over SSH with its key, import tvm on it, stop it; what the board said."""
     with emulated_board(image) as b, tempfile.NamedTemporaryFile("w", suffix=".known_hosts") as kh:

@@ -49,6 +49,9 @@ class CompiledFeatures:
         self.compiled = 0
         self.compile_failed = 0
         self.compile_s = 0.0
+        self._table = np.full((1, 0), np.nan)    # rows of matrix(), built on demand; the last row is all NaN
+        self._row: dict[int, int] = {}
+        self._pending: list[int] = []           # configs with features but no row yet
 
     @property
     def available(self) -> bool:
@@ -78,10 +81,12 @@ class CompiledFeatures:
         elif todo:
             for i in todo:
                 self.features[i] = {}
+            self._pending.extend(todo)
         return [i for i in indices if i not in self.failed]
 
     def _store(self, index: int, feat: dict[str, float]) -> None:
         self.features[index] = {k: float(v) for k, v in feat.items()}
+        self._pending.append(index)
         for k in feat:
             self._add_key(k)
 
@@ -98,6 +103,8 @@ class CompiledFeatures:
         for feat in self.features.values():
             feat.pop(PRIOR_KEY, None)
         self._add_prior(list(self.features))
+        self._row.clear()   # every row changed
+        self._pending = list(self.features)
 
     def _add_prior(self, indices: Sequence[int]) -> None:
         """The transfer model's seconds of freshly compiled configs, as the feature :data:`PRIOR_KEY`."""
@@ -126,5 +133,26 @@ class CompiledFeatures:
 
     def matrix(self, indices: Sequence[int]) -> np.ndarray:
         """One row per config, one column per key (NaN where a config lacks one)."""
-        return np.array([[self.features.get(i, {}).get(k, np.nan) for k in self.keys] for i in indices],
-                        dtype=np.float64).reshape(len(indices), len(self.keys))
+        self._sync_table()
+        nan_row = len(self._table) - 1
+        return self._table[np.fromiter((self._row.get(i, nan_row) for i in indices), np.int64, len(indices))]
+
+    def _sync_table(self) -> None:
+        """Give every config with features a row of :meth:`matrix`'s table; a new key rebuilds the table.
+
+        A config's features only change when it is compiled (a new row) or when the prior is replaced
+        (:meth:`use_prior`, which rebuilds every row)."""
+        if self._table.shape[1] != len(self.keys):
+            self._row.clear()
+            self._pending = list(self.features)
+        elif not self._pending:
+            return
+        if not self._row:
+            self._table = np.full((1, len(self.keys)), np.nan)
+        todo = list(dict.fromkeys(i for i in self._pending if i not in self._row))
+        self._pending = []
+        rows = np.array([[self.features[i].get(k, np.nan) for k in self.keys] for i in todo],
+                        dtype=np.float64).reshape(len(todo), len(self.keys))
+        first = len(self._table) - 1
+        self._table = np.vstack([self._table[:-1], rows, self._table[-1:]])
+        self._row.update((i, first + n) for n, i in enumerate(todo))
