@@ -110,9 +110,8 @@ def report() -> str:
                       "worker processes), from the runs of \"Transfer on a CPU board\" above "
                       f"(`{cpu.environment['command']}`, {cpu.environment['date']}; "
                       f"{cpu.settings['trials']} trials, {cpu.settings['seeds']} seeds):", "",
-                  HEADER, "|---|---|---|---|---|---|---|---|",
-                  *rows(cpu.runs, list(dict.fromkeys(r.tuner for r in cpu.runs)))]
-        over.append(("`local`", slow(cpu.runs, list(dict.fromkeys(r.tuner for r in cpu.runs)))))
+                  HEADER, "|---|---|---|---|---|---|---|---|", *rows(cpu.runs)]
+        over.append(("`local`", slow(cpu.runs)))
     lines += ["", f"Over {LIMIT_S} s per trial (mean): " + "; ".join(
         f"{where}: {', '.join(names) if names else 'none'}" for where, names in over) + ". The test-set tables' "
         "tuner seconds come from runs that shared the two cores with another part of that benchmark, so they are up "
@@ -124,32 +123,36 @@ HEADER = ("| tuner | wall s / trial (mean) | worst layer | CPU s / trial (mean) 
           "| compiles |")
 
 
-def slow(runs: list[Any], tuners: Sequence[str]) -> list[str]:
-    """The tuners whose mean seconds per trial over ``runs`` exceed :data:`LIMIT_S`, as table labels."""
+def by_tuner(runs: list[Any], tuners: Sequence[str] | None = None) -> list[tuple[str, list[Any], int]]:
+    """(tuner, its runs with trials, their trials) for each tuner of ``tuners`` (default: those in ``runs``, in
+    order) that has runs."""
     out = []
-    for tuner in tuners:
+    for tuner in tuners if tuners is not None else list(dict.fromkeys(r.tuner for r in runs)):
         mine = [r for r in runs if r.tuner == tuner and r.trials]
-        if mine and sum(r.tuner_s for r in mine) / sum(r.trials for r in mine) > LIMIT_S:
-            out.append(f"`{label_of(tuner)}`")
+        if mine:
+            out.append((tuner, mine, sum(r.trials for r in mine)))
     return out
 
 
+def slow(runs: list[Any], tuners: Sequence[str] | None = None) -> list[str]:
+    """The tuners whose mean seconds per trial over ``runs`` exceed :data:`LIMIT_S`, as table labels."""
+    return [f"`{label_of(t)}`" for t, mine, trials in by_tuner(runs, tuners)
+            if sum(r.tuner_s for r in mine) / trials > LIMIT_S]
+
+
 def label_of(tuner: str) -> str:
+    """The name a table shows: ``ml2tuner+`` for ``ml2tuner`` with the shipped model."""
     return "ml2tuner+" if tuner == "ml2tuner:transfer=pretrained" else tuner
 
 
-def rows(runs: list[Any], tuners: Sequence[str]) -> list[str]:
-    """One table row per tuner of ``tuners`` that has runs: seconds per trial over all its trials, the layer with
-    the largest mean over seeds, CPU seconds, and the parts (:data:`PARTS`) per trial."""
+def rows(runs: list[Any], tuners: Sequence[str] | None = None) -> list[str]:
+    """One table row per tuner that has runs: seconds per trial over all its trials, the layer with the largest
+    mean over seeds, CPU seconds, and the parts (:data:`PARTS`) per trial."""
     out = []
-    for tuner in tuners:
-        mine = [r for r in runs if r.tuner == tuner and r.trials]
-        if not mine:
-            continue
+    for tuner, mine, trials in by_tuner(runs, tuners):
         layers = sorted({r.workload for r in mine})
         per_layer = {w: statistics.mean(r.tuner_s / r.trials for r in mine if r.workload == w) for w in layers}
         worst = max(per_layer, key=per_layer.__getitem__)
-        trials = sum(r.trials for r in mine)
         parts = [sum(r.stats.get(k, 0.0) for r in mine) / trials for k in PARTS]
         out.append(f"| `{label_of(tuner)}` | {sum(r.tuner_s for r in mine) / trials:.3f} | "
                    f"{per_layer[worst]:.3f} ({worst}) | {sum(r.cpu_s for r in mine) / trials:.3f} | "

@@ -106,6 +106,7 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
             live.close()
     return _finish(result, tuners, reference)
 
+
 def _shown(path: Path) -> str:
     """``path`` as results record it: relative to the working folder when inside it (results are committed and
     compared across machines), else as it is."""

@@ -103,8 +103,7 @@ class CompiledFeatures:
         for feat in self.features.values():
             feat.pop(PRIOR_KEY, None)
         self._add_prior(list(self.features))
-        self._row.clear()   # every row changed
-        self._pending = list(self.features)
+        self._invalidate()   # every row changed
 
     def _add_prior(self, indices: Sequence[int]) -> None:
         """The transfer model's seconds of freshly compiled configs, as the feature :data:`PRIOR_KEY`."""
@@ -143,8 +142,7 @@ class CompiledFeatures:
         A config's features only change when it is compiled (a new row) or when the prior is replaced
         (:meth:`use_prior`, which rebuilds every row)."""
         if self._table.shape[1] != len(self.keys):
-            self._row.clear()
-            self._pending = list(self.features)
+            self._invalidate()
         elif not self._pending:
             return
         if not self._row:
@@ -156,3 +154,8 @@ class CompiledFeatures:
         first = len(self._table) - 1
         self._table = np.vstack([self._table[:-1], rows, self._table[-1:]])
         self._row.update((i, first + n) for n, i in enumerate(todo))
+
+    def _invalidate(self) -> None:
+        """Drop every row of :meth:`matrix`'s table: the next call builds it afresh."""
+        self._row.clear()
+        self._pending = list(self.features)
