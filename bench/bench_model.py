@@ -8,6 +8,8 @@ For each built-in model (seeded random weights, batch 1, 224x224):
 * **edgetune tuned**: ``tune --model`` on ``local`` with the default tuner, ``--trials-per-task`` trials per conv
   shape in all (Ansor's gradient scheduler shares them), then ``export --model`` with that log;
 * **edgetune untuned**: ``export --model`` with no log (every plain conv gets the template's fallback config);
+* **edgetune untuned, epilogues apart**: the same kernels, but what follows each conv (bias, residual add, ReLU)
+  left to TVM's fused elementwise kernels instead of computed in the conv kernel (the export's default);
 * **TVM Relax default**: the same Relax module (weights bound, batch-norm folded) through ``tvm.compile``;
 * **MetaSchedule**: ``tune_relax`` of that module's conv2d tasks (depthwise ones included; the other operators keep
   TVM's default lowering, as in edgetune's export) with the same total number of trials, the best schedules applied
@@ -37,7 +39,7 @@ OUT = ROOT / "bench" / "out" / "model"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Whole models on local (ResNet-18, MobileNet-v1)"
 SHAPE = (1, 3, 224, 224)
-VARIANTS = ("torch", "relax-default", "metaschedule", "edgetune-untuned", "edgetune-tuned")
+VARIANTS = ("torch", "relax-default", "metaschedule", "edgetune-untuned-apart", "edgetune-untuned", "edgetune-tuned")
 
 
 def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
@@ -120,6 +122,25 @@ def _export(model: str, log: Path | None) -> Path:
     return out / "model.so"
 
 
+def _untuned_apart(model: str) -> Path:
+    """The untuned export's model library built with each conv's epilogue left to TVM (``fuse=False``)."""
+    from toolkit.backends import backend_for
+    from toolkit.backends.tvm.model import ConvPlan, compile_model
+    from toolkit.boards import load_profile
+    from toolkit.export.model import plan_convs
+    from toolkit.workloads.extract import extract, load_model
+
+    lib = OUT / f"{model}-untuned-apart.so"
+    if not lib.exists():
+        profile = load_profile("local")
+        loaded = load_model(model, SHAPE)
+        choices, _ = plan_convs(extract(loaded, SHAPE), backend_for(profile), profile, {})
+        library, _, _, _ = compile_model(loaded.program, profile,
+                                         [ConvPlan(c.module, c.template, c.config) for c in choices], fuse=False)
+        lib.write_bytes(library)
+    return lib
+
+
 def _measure(model: str, libraries: dict[str, str], threads: int) -> dict[str, float]:
     """Milliseconds per inference of each library and of torch, in this process (``TVM_NUM_THREADS`` set by the
     caller): the median of 5 runs of at least 200 ms."""
@@ -158,6 +179,11 @@ def _measure(model: str, libraries: dict[str, str], threads: int) -> dict[str, f
     return out
 
 
+def _measured(results: dict[str, Any]) -> list[str]:
+    """The variants the results hold (runs from before a variant existed lack it)."""
+    return [v for v in VARIANTS if any(v in ms for r in results["models"].values() for ms in r["ms"].values())]
+
+
 def _markdown(results: dict[str, Any], command: str) -> str:
     env = results["environment"]
     lines = [SECTION, "",
@@ -170,10 +196,10 @@ def _markdown(results: dict[str, Any], command: str) -> str:
                   f"conv shape, {r['tasks']} shapes, the template's fallback config first) in {r['tune_wall_s'] / 60:.1f} "
                   f"min; MetaSchedule the same {r['budget']} trials over the model's conv2d tasks in "
                   f"{r['metaschedule_wall_s'] / 60:.1f} min.", "",
-                  "| threads | " + " | ".join(VARIANTS) + " | tuned vs torch | tuned vs MetaSchedule |",
-                  "|---" * (len(VARIANTS) + 3) + "|"]
+                  "| threads | " + " | ".join(_measured(results)) + " | tuned vs torch | tuned vs MetaSchedule |",
+                  "|---" * (len(_measured(results)) + 3) + "|"]
         for threads, ms_ in r["ms"].items():
-            cells = [f"{ms_[v]:.2f}" for v in VARIANTS]
+            cells = [f"{ms_[v]:.2f}" if v in ms_ else "-" for v in _measured(results)]
             lines.append(f"| {threads} | " + " | ".join(cells) +
                          f" | {ms_['torch'] / ms_['edgetune-tuned']:.2f}x | "
                          f"{ms_['metaschedule'] / ms_['edgetune-tuned']:.2f}x |")
@@ -192,8 +218,14 @@ def _markdown(results: dict[str, Any], command: str) -> str:
               "physical core: one thread); the same configs run at every thread count here. At 16 trials per shape "
               "the tuned export is within noise of the untuned one at one thread (the fallback config is trial 0 of "
               "every task, and few tasks beat it in 15 more trials); at two threads, configs tuned at one thread can "
-              "lose to it. Depthwise convs (MobileNet) take TVM's default lowering in every column but torch.", "",
-              "CUDA: not run. Whole-model exports are built for CPU and VTA boards, not CUDA ones, and no GPU was "
+              "lose to it. Depthwise convs (MobileNet) take TVM's default lowering in every column but torch.", ""]
+    if "edgetune-untuned-apart" in _measured(results):
+        lines += ["`edgetune-untuned-apart` is the untuned export with each conv's epilogue (its bias or folded "
+                  "batch-norm, the residual add, ReLU) left to TVM, which fuses those operators into elementwise kernels "
+                  "of their own (single-threaded by TVM's default CPU pipeline) that read and write the conv's output "
+                  "once more; `edgetune-untuned` computes them in the conv kernel as each output leaves the accumulator "
+                  "(the export's default).", ""]
+    lines += ["CUDA: not run. Whole-model exports are built for CPU and VTA boards, not CUDA ones, and no GPU was "
               "lent to the session that ran this benchmark.", ""]
     return "\n".join(lines)
 
@@ -226,7 +258,8 @@ def main() -> None:
         ms_lib, ms_wall = _metaschedule(model, budget)
         print(f"{model}: MetaSchedule {budget} trials in {ms_wall:.0f} s", flush=True)
         libs = {"relax-default": str(_default(model)), "metaschedule": str(ms_lib),
-                "edgetune-untuned": str(_export(model, None)), "edgetune-tuned": str(_export(model, log))}
+                "edgetune-untuned-apart": str(_untuned_apart(model)), "edgetune-untuned": str(_export(model, None)),
+                "edgetune-tuned": str(_export(model, log))}
         per_threads = {}
         for threads in args.threads.split(","):
             env = {**os.environ, "TVM_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}

@@ -105,7 +105,9 @@ def test_a_resumed_bench_checkpoints_the_earlier_runs_it_has_not_reached_yet(tmp
     from toolkit.boards import resolve_board
     from toolkit.harness import expand_workloads, run_bench
 
-    board, wls = resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], first_conv_on_cpu=True)
+    # a 144-config space: the exhaustive cache the bench builds first takes seconds
+    board, wls = resolve_board("vta-fsim"), expand_workloads(["conv2d:H=7,W=7,CI=64,CO=64,K=1,S=1,P=0"],
+                                                              first_conv_on_cpu=True)
     first = run_bench(board, wls, ["random"], 4, 2, reference="random", cache_dirs=[tmp_path])
     seen = []
     run_bench(board, wls, ["random", "grid"], 4, 2, reference="random", cache_dirs=[tmp_path], previous=first,

@@ -136,6 +136,10 @@ def test_manifest_says_what_each_conv_got(model_export, network_log, model_file)
     assert list(convs) == ["stem", "c1", "c2", "dw", "down"]           # graph order, module paths
     assert convs["dw"]["schedule"] == "tvm" and convs["dw"]["kernel"] is None
     assert convs["c1"]["kernel"] == convs["c2"]["kernel"]              # one kernel per shape
+    # what each kernel also computes in the model: the bias (or the folded batch-norm), the residual add, ReLU
+    assert {m: c["epilogue"] for m, c in convs.items()} == {
+        "stem": ["bias", "relu"], "c1": ["bias", "relu"], "c2": ["bias", "residual", "relu"], "dw": None,
+        "down": ["bias"]}
     tuned = [c for c in convs.values() if c["schedule"] == "tuned"]
     assert tuned, "the log's tuned shape is used"
     best: dict = {}

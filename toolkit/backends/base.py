@@ -195,7 +195,8 @@ class Backend(abc.ABC):
         """Compile a ``torch.export`` program for ``profile`` into ``folder``, each ``(module, template, config)``
         conv with edgetune's kernel (``template`` ``None``: :attr:`model_other_schedule`); ``calibration``:
         inputs to quantise on, for families that run int8 models. Returns (files by role, module -> kernel
-        name, extra keys of the manifest's model section)."""
+        name, extra keys of the manifest's model section); an extra ``epilogues`` (module -> what its kernel also
+        computes) goes into each conv's entry instead."""
         raise ExportError(f"the {self.name} backend compiles no whole models")
 
     def model_readme_usage(self, manifest: ExportManifest) -> str:

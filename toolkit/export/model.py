@@ -47,10 +47,13 @@ class ConvChoice:
     template: Any = None
     config: Any = None
     kernel: str | None = None
+    epilogue: list[str] | None = None
+    """What the model's kernel of this conv also computes, in order (``bias``, ``residual``, ``relu``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"module": self.module, "workload": self.workload.spec() if self.workload else None,
-                "schedule": self.schedule, "why": self.why, "kernel": self.kernel, "record": self.record}
+                "schedule": self.schedule, "why": self.why, "kernel": self.kernel, "epilogue": self.epilogue,
+                "record": self.record}
 
 
 def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProfile, *,
@@ -80,8 +83,9 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
         files, kernels, extra = backend.compile_model(loaded.program, profile,
                                                       [(c.module, c.template, c.config) for c in choices], stage,
                                                       calibration=calibration, progress=progress)
+        epilogues = extra.pop("epilogues", {})
         for c in choices:
-            c.kernel = kernels.get(c.module)
+            c.kernel, c.epilogue = kernels.get(c.module), epilogues.get(c.module)
         (stage / LOG_DIR).mkdir()
         copied = []
         for i, (log, _) in enumerate(log_files):

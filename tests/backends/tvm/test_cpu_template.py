@@ -2,6 +2,7 @@
 
 import concurrent.futures as cf
 import multiprocessing
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import tvm
 
 from toolkit.boards import load_profile
 from toolkit.backends import template_for
-from toolkit.backends.tvm.cpu import PACK_WEIGHT, CPUConv2dTemplate, conv2d_nchw_reference
+from toolkit.backends.tvm.cpu import PACK_WEIGHT, CPUConv2dTemplate, Epilogue, conv2d_nchw_reference
 from toolkit.backends.tvm.tir_features import FEATURE_NAMES
 from toolkit.workloads import parse_workload
 
@@ -70,6 +71,41 @@ def test_random_configs_build_and_match_numpy(wl, tmp_path):
         assert list(art.features) == list(FEATURE_NAMES)
         got = _run_library(art.payload, tmp_path / f"k{index}.so", inputs, t.output_shape())
         np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3, err_msg=str(config.values))
+
+
+@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, relu=True), Epilogue(True, True, True),
+                                      Epilogue(bias=True, residual=True)], ids=lambda e: "+".join(e.describe()))
+def test_epilogue_is_computed_in_the_write_back(epilogue):
+    """A model's kernel: the conv, then its epilogue on each element as it leaves the accumulator (a random config
+    and the fallback config; the model tests run more)."""
+    wl = SMALL[0]
+    t = CPUConv2dTemplate(wl, LOCAL)
+    rng = np.random.default_rng(5)
+    data, weight = t.make_inputs(rng)
+    bias = rng.standard_normal(wl.co).astype(np.float32)
+    residual = rng.standard_normal(t.output_shape()).astype(np.float32)
+    want = t.reference([data, weight]) + (bias[None, :, None, None] if epilogue.bias else 0) + (
+        residual if epilogue.residual else 0)
+    want = np.maximum(want, 0) if epilogue.relu else want
+    inputs = [data, weight] + [bias] * epilogue.bias + [residual] * epilogue.residual
+    for index in [*t.space().sample(1, rng), t.fallback_config().index]:
+        mod = t.schedule(t.space().get(index), epilogue)
+        assert len(mod["main"].params) == len(inputs) + 1          # the inputs, then the output
+        lib = tvm.compile(mod, target=t.target())
+        args = [tvm.runtime.tensor(x, tvm.cpu()) for x in inputs]
+        out = tvm.runtime.tensor(np.zeros(t.output_shape(), np.float32), tvm.cpu())
+        lib["main"](*args, out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-3, err_msg=str(index))
+
+
+def test_an_epilogue_leaves_no_intermediate_conv_buffer():
+    """The epilogue is inlined where the accumulator is written back: no NCHW conv buffer between the two."""
+    t = CPUConv2dTemplate(SMALL[0], LOCAL)
+    conv_buffer = re.compile(r"\bconv = T\.\w*alloc_buffer")
+    unscheduled = tvm.IRModule({"main": t._compute(Epilogue(True, True, True))}).script()
+    fused = t.schedule(t.fallback_config(), Epilogue(True, True, True)).script()
+    assert conv_buffer.search(unscheduled) and not conv_buffer.search(fused)
+    assert "T.max(" in fused and "T.max(" not in t.schedule(t.fallback_config()).script()
 
 
 @pytest.mark.parametrize("pack", [p for p in PACK_WEIGHT if p != "none"])

@@ -173,14 +173,15 @@ class TVMBackend(Backend):
                               "float32: drop --calibrate")
         from toolkit.backends.tvm.model import ConvPlan, compile_model
 
-        model, kernels, names = compile_model(program, profile, [ConvPlan(*c) for c in convs], progress=progress)
+        model, kernels, names, epilogues = compile_model(program, profile, [ConvPlan(*c) for c in convs],
+                                                         progress=progress)
         (folder / "model.so").write_bytes(model)
         files = {"model": "model.so"}
         if kernels is not None:
             (folder / "kernels.so").write_bytes(kernels)
             files["kernels"] = "kernels.so"
         return files, names, {"params": f"bound into {files['model']} as constants (conv weights already in the "
-                                        "kernels' layout)"}
+                                        "kernels' layout)", "epilogues": epilogues}
 
     def model_readme_usage(self, m: ExportManifest) -> str:
         model = m.model or {}

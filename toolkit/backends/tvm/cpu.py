@@ -33,6 +33,7 @@ import abc
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,6 +56,24 @@ PARALLEL = ("co", "co.oh", "co.oh.ow")
 
 PACK_WEIGHT = ("none", "root", "block")
 """Where the weights are repacked to ``[CO/block, CI, KH, KW, block]`` (``block`` = ``tile_co[1]``)."""
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a model's conv kernel does to each output element after the convolution, in this order: add a
+    per-output-channel ``bias`` (a ``[CO]`` input), add a ``residual`` tensor of the output's shape (an NCHW
+    input), clamp at zero (``relu``). The kernel's inputs are ``data, weight[, bias][, residual]``."""
+
+    bias: bool = False
+    residual: bool = False
+    relu: bool = False
+
+    def __bool__(self) -> bool:
+        return self.bias or self.residual or self.relu
+
+    def describe(self) -> list[str]:
+        """The steps it does, in order (``["bias", "residual", "relu"]`` at most)."""
+        return [name for name in ("bias", "residual", "relu") if getattr(self, name)]
 
 
 def conv2d_nchw_reference(data: np.ndarray, weight_oihw: np.ndarray, wl: Conv2dWorkload) -> np.ndarray:
@@ -128,8 +147,9 @@ class ConvTemplateBase(Template):
         """The profile's ``tvm.target.Target``."""
         return self.profile.tvm_target()
 
-    def _compute(self) -> Any:
-        """``te`` compute of the conv as a PrimFunc (data, weight, conv)."""
+    def _compute(self, epilogue: Epilogue | None = None) -> Any:
+        """``te`` compute of the conv as a PrimFunc (data, weight, conv); with an ``epilogue``, the conv feeds
+        an elementwise block ``epilogue`` (data, weight[, bias][, residual], out)."""
         from tvm import te
 
         wl = self.workload
@@ -160,7 +180,22 @@ class ConvTemplateBase(Template):
             lambda n, co, y, x: te.sum(src[n, ci, y * wl.sh + kh, x * wl.sw + kw] * w_at(co, ci, kh, kw),
                                        axis=[ci, kh, kw]),
             name="conv")
-        return te.create_prim_func([data, weight, conv])
+        if not epilogue:
+            return te.create_prim_func([data, weight, conv])
+        inputs = [data, weight]
+        bias = te.placeholder((wl.co,), name="bias") if epilogue.bias else None
+        residual = te.placeholder(self.output_shape(), name="residual") if epilogue.residual else None
+        inputs += [t for t in (bias, residual) if t is not None]
+
+        def after(n: Any, co: Any, y: Any, x: Any) -> Any:
+            value = conv[n, co, y, x]
+            if bias is not None:
+                value = value + bias[co]
+            if residual is not None:
+                value = value + residual[n, co, y, x]
+            return te.max(value, te.const(0.0, "float32")) if epilogue.relu else value
+
+        return te.create_prim_func([*inputs, te.compute(self.output_shape(), after, name="epilogue")])
 
     def check(self, config: Config) -> None:
         """Reject a config before scheduling; :class:`BuildError` (INVALID_CONFIG) with the reason."""
@@ -255,12 +290,14 @@ class CPUConv2dTemplate(ConvTemplateBase):
                   "parallel": "co.oh", "pack_weight": "root"}
         return self.space().get(self.space().index_of(values))
 
-    def schedule(self, config: Config) -> Any:
+    def schedule(self, config: Config, epilogue: Epilogue | None = None) -> Any:
+        """The scheduled module of ``config``; an ``epilogue`` is computed in the accumulator's write-back, where
+        each output element leaves the registers (a kernel for a model's conv; tuning measures the plain conv)."""
         import tvm
         from tvm import s_tir
 
         c = config.values
-        sch = s_tir.Schedule(tvm.IRModule({"main": self._compute()}))
+        sch = s_tir.Schedule(tvm.IRModule({"main": self._compute(epilogue)}))
         conv = sch.get_sblock("conv")
         n, co, oh, ow, rc, ry, rx = sch.get_loops(conv)
         co_o, co_v = sch.split(co, [None, c["tile_co"][1]])
@@ -303,6 +340,8 @@ class CPUConv2dTemplate(ConvTemplateBase):
             loops = sch.get_loops(pad)
             sch.parallel(sch.fuse(*loops[:2]))
             _vectorize(sch, loops[-1])
+        if epilogue:
+            sch.reverse_compute_inline(sch.get_sblock("epilogue"))
         return sch.mod
 
 

@@ -5,10 +5,12 @@ as constants, folds batch-norm into the conv weights (``FoldBatchnormToConv2D``,
 ``DecomposeOpsForInference`` for any batch-norm left), and replaces every plain conv2d (NCHW, groups 1,
 no dilation) by a ``call_tir`` of edgetune's scheduled kernel for its shape: the tuned config when a
 record is given, else the template's fallback config (TVM's default pipeline would leave the conv
-unscheduled). The kernels take their weights in ``IHWO``: the transpose is folded at compile time. Each
-kernel is marked opaque, so ``FuseOps`` leaves it whole and fuses what follows it (bias, residual add,
-ReLU) into one elementwise kernel. Grouped and depthwise convs, pooling, the classifier and every other
-operator go through TVM's default CPU pipeline.
+unscheduled). The kernels take their weights in ``IHWO``: the transpose is folded at compile time. What
+follows a conv element by element (a per-channel constant added: its bias or folded batch-norm; then a
+tensor of its shape added: a residual; then ReLU), each step the only use of the one before, is computed
+by the kernel itself as each output element leaves its accumulator (:class:`~toolkit.backends.tvm.cpu.Epilogue`),
+so the conv's output is written once. Each kernel is marked opaque, so ``FuseOps`` leaves it whole. Grouped
+and depthwise convs, pooling, the classifier and every other operator go through TVM's default CPU pipeline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from toolkit.backends.tvm.cpu import Epilogue
 from toolkit.boards import BoardProfile
 from toolkit.errors import ExportError
 from toolkit.tuning.core.space import Config
@@ -62,36 +65,43 @@ def relax_module(program: Any) -> Any:
 
 
 def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], *,
-                  progress: Callable[[str], None] | None = None) -> tuple[bytes, bytes | None, dict[str, str]]:
+                  progress: Callable[[str], None] | None = None, fuse: bool = True
+                  ) -> tuple[bytes, bytes | None, dict[str, str], dict[str, list[str]]]:
     """The shared library of the whole model for ``profile`` (cross-linked by its compiler), a library of its
-    edgetune kernels alone (each callable by name, for timing one conv; ``None`` when there is none) and, for
-    each conv that got an edgetune kernel, module path -> the kernel's function name."""
+    edgetune kernels alone (each callable by name, for timing one conv; ``None`` when there is none), for each
+    conv that got an edgetune kernel its module path -> the kernel's function name in that library, and the
+    epilogue each such conv's kernel computes in the model (``["bias", "residual", "relu"]`` at most; none
+    unless ``fuse``: then TVM fuses what follows each kernel into an elementwise kernel of its own)."""
     import tvm
     from tvm import relax
 
     mod = relax_module(program)
     names: dict[str, str] = {}
-    kernels: dict[tuple[str, int | None], tuple[Any, str]] = {}
-    funcs: dict[str, Any] = {}
+    kernels: dict[tuple[str, int | None, Epilogue], tuple[Any, str]] = {}
+    alone: dict[str, Any] = {}
 
-    def kernel(plan: ConvPlan, builder: Any) -> Any:
-        key = (plan.template.workload.spec(), plan.config.index if plan.config else None)
+    def kernel(plan: ConvPlan, builder: Any, epilogue: Epilogue) -> Any:
+        key = (plan.template.workload.spec(), plan.config.index if plan.config else None, epilogue)
         if key not in kernels:
-            if progress is not None:
+            if progress is not None and not epilogue:
                 progress(f"kernel {plan.template.workload.label}")
             try:
-                func = plan.template.schedule(plan.config)["main"]
+                func = plan.template.schedule(plan.config, epilogue)["main"]
             except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
                 raise ExportError(f"config #{plan.config.index} of {plan.template.workload.label} does not schedule "
                                   f"({_last_line(exc)}); tune it again") from None
             name = f"edgetune_conv{len(kernels)}"
-            funcs[name] = func.with_attr("global_symbol", name)
-            func = funcs[name].with_attr("op_pattern", OPAQUE)
-            kernels[key] = builder.add_func(func, name), name
-        names[plan.module] = kernels[key][1]
+            func = func.with_attr("global_symbol", name)
+            if not epilogue:
+                alone[name] = func
+            kernels[key] = builder.add_func(func.with_attr("op_pattern", OPAQUE), name), name
+        if not epilogue:
+            names[plan.module] = kernels[key][1]
         return kernels[key][0]
 
-    mod = _ConvRewriter(mod, plans, kernel).run()
+    rewriter = _ConvRewriter(mod, plans, kernel, fuse)
+    mod = rewriter.run()
+    mod = _without_unused_kernels(relax.transform.DeadCodeElimination(["main"])(mod))
     mod = relax.transform.FoldConstant()(mod)
     if progress is not None:
         progress("the whole model (Relax)")
@@ -99,10 +109,21 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
     try:
         with target:
             executable = tvm.compile(mod, target=target)
-            alone = tvm.compile(tvm.IRModule(funcs), target=target) if funcs else None
+            kernels_only = tvm.compile(tvm.IRModule(alone), target=target) if alone else None
     except Exception as exc:  # noqa: BLE001
         raise ExportError(f"TVM could not compile the model for {profile.name}: {_last_line(exc)}") from None
-    return _library(executable, profile), _library(alone, profile) if alone else None, names
+    epilogues = {module: e.describe() for module, e in rewriter.epilogues.items()}
+    return (_library(executable, profile), _library(kernels_only, profile) if kernels_only else None, names,
+            epilogues)
+
+
+def _without_unused_kernels(mod: Any) -> Any:
+    """``mod`` without the kernels no call takes any more (those a larger epilogue replaced)."""
+    import tvm
+    from tvm import relax
+
+    used = {gv.name_hint for gv in relax.analysis.all_global_vars(mod["main"])} | {"main"}
+    return tvm.IRModule({gv: func for gv, func in mod.functions_items() if gv.name_hint in used}, attrs=mod.attrs)
 
 
 def _library(executable: Any, profile: BoardProfile) -> bytes:
@@ -131,18 +152,36 @@ def _make_rewriter() -> type:
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    conv_op = tvm.ir.Op.get("relax.nn.conv2d")
+    conv_op, add_op, relu_op = (tvm.ir.Op.get(f"relax.{name}") for name in ("nn.conv2d", "add", "nn.relu"))
 
     @mutator
     class Rewriter(PyExprMutator):
-        def __init__(self, mod: Any, plans: Sequence[ConvPlan], kernel: Callable[[ConvPlan, Any], Any]) -> None:
+        """Replaces the model's convs by edgetune kernels, then grows each kernel's epilogue over the elementwise
+        ops that follow it (a per-channel constant added, then a tensor of its shape added, then ReLU), each
+        taking the kernel's output as its only use; the kernels they replace are left dead."""
+
+        def __init__(self, mod: Any, plans: Sequence[ConvPlan], kernel: Callable[[ConvPlan, Any, Epilogue], Any],
+                     fuse: bool) -> None:
             super().__init__(mod)
-            self.mod_, self.plans, self.kernel, self.seen = mod, list(plans), kernel, 0
+            self.mod_, self.plans, self.kernel, self.fuse, self.seen = mod, list(plans), kernel, fuse, 0
+            self.uses = _use_counts(mod["main"])
+            self.bound: Any = None
+            self.growing: dict[Any, tuple[ConvPlan, Epilogue]] = {}   # var bound to a kernel call -> what it does
+            self.epilogues: dict[str, Epilogue] = {}
+
+        def visit_var_binding_(self, binding: Any) -> None:
+            self.bound = binding.var
+            super().visit_var_binding_(binding)
 
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
-            if call.op != conv_op:
-                return call
+            if call.op == conv_op:
+                return self._conv(call)
+            if self.fuse and call.op in (add_op, relu_op):
+                return self._grow(call)
+            return call
+
+        def _conv(self, call: Any) -> Any:
             if self.seen >= len(self.plans):
                 raise ExportError("the model's Relax graph has more convs than its PyTorch graph; the model "
                                   "cannot be matched")
@@ -155,7 +194,33 @@ def _make_rewriter() -> type:
                 raise ExportError(f"conv {plan.module}: Relax sees {workload.spec() if workload else 'another op'}, "
                                   f"PyTorch {plan.template.workload.spec()}; the model cannot be matched")
             weight = self.builder_.emit(relax.op.permute_dims(call.args[1], [1, 2, 3, 0]))
-            return relax.call_tir(self.kernel(plan, self.builder_), [call.args[0], weight], call.ty)
+            return self._kernel_call(plan, Epilogue(), [call.args[0], weight], call.ty)
+
+        def _kernel_call(self, plan: ConvPlan, epilogue: Epilogue, args: list[Any], ty: Any) -> Any:
+            self.growing[self.bound] = (plan, epilogue)
+            self.epilogues[plan.module] = epilogue
+            return relax.call_tir(self.kernel(plan, self.builder_, epilogue), args, ty)
+
+        def _grow(self, call: Any) -> Any:
+            """``call`` (an add or a ReLU) as a step of the epilogue of the kernel it takes, when it can be one."""
+            sources = [call.args[0]] if call.op == relu_op else [call.args[0], call.args[1]]
+            for i, source in enumerate(sources):
+                if (source not in self.growing or self.uses.get(source, 0) != 1 or not _takes_once(call, source)
+                        or _static_shape_of(call.ty) != _static_shape(source)):   # a broadcast to a larger shape
+                    continue
+                plan, epilogue = self.growing[source]
+                args = list(self.lookup_binding(source).args[1].fields)
+                if call.op == relu_op:
+                    grown, extra = (None if epilogue.relu else Epilogue(epilogue.bias, epilogue.residual, True)), None
+                else:
+                    grown, extra = _added(call.args[1 - i], call.ty, epilogue)
+                if grown is None:
+                    continue
+                if extra is not None:
+                    args.append(self.builder_.emit(extra) if isinstance(call.args[1 - i], tvm.ir.expr.Constant)
+                                else extra)
+                return self._kernel_call(plan, grown, args, call.ty)
+            return call
 
         def run(self) -> Any:
             gv = self.mod_.get_global_var("main")
@@ -165,7 +230,55 @@ def _make_rewriter() -> type:
                                   f"{len(self.plans)}; the model cannot be matched")
             return self.builder_.get()
 
+    def _takes_once(call: Any, source: Any) -> bool:
+        """Whether ``call`` takes ``source`` once (``x + x`` is not an epilogue step of ``x``'s kernel)."""
+        return sum(arg.same_as(source) for arg in call.args) == 1
+
+    def _added(other: Any, ty: Any, epilogue: Epilogue) -> tuple[Epilogue | None, Any]:
+        """The epilogue grown by adding ``other`` to the kernel's output (of type ``ty``, NCHW) and the kernel
+        input it takes: a float32 constant of one value per output channel (as a ``[CO]`` vector) as the bias
+        when nothing was done yet, else a float32 tensor of the output's shape as the residual when no ReLU was
+        done."""
+        shape, out = _static_shape(other), _static_shape_of(ty)
+        if shape is None or out is None or other.ty.dtype != "float32" or ty.dtype != "float32":
+            return None, None
+        channels = out[1]
+        if isinstance(other, tvm.ir.expr.Constant) and not epilogue:
+            per_channel = len(shape) in (3, 4) and shape[-3] == channels and all(
+                d == 1 for j, d in enumerate(shape) if j != len(shape) - 3)
+            if per_channel:
+                return Epilogue(bias=True), relax.op.reshape(other, (channels,))
+        if shape == out and not epilogue.residual and not epilogue.relu:
+            return Epilogue(epilogue.bias, True, False), other
+        return None, None
+
     return Rewriter
+
+
+def _static_shape(expr: Any) -> list[int] | None:
+    """The constant shape of a Relax tensor expression, ``None`` when it is not a tensor of known shape."""
+    return _static_shape_of(getattr(expr, "ty", None))
+
+
+def _static_shape_of(ty: Any) -> list[int] | None:
+    try:
+        return [int(d) for d in ty.shape]
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _use_counts(func: Any) -> dict[Any, int]:
+    """How many times each variable of ``func`` is used (bindings and the function's result)."""
+    from tvm import relax
+
+    counts: dict[Any, int] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            for var in relax.analysis.free_vars(binding.value):
+                counts[var] = counts.get(var, 0) + 1
+    for var in relax.analysis.free_vars(func.body.body):
+        counts[var] = counts.get(var, 0) + 1
+    return counts
 
 
 def _workload(call: Any) -> Conv2dWorkload | None:

@@ -1,0 +1,76 @@
+"""Whole models through Relax: which operators after a conv its kernel computes, and that the model stays right."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+from tvm import relax
+
+from toolkit.backends import template_for
+from toolkit.backends.tvm.model import ConvPlan, compile_model
+from toolkit.boards import load_profile
+from toolkit.workloads.extract import extract
+
+LOCAL = load_profile("local")
+SHAPE = (1, 4, 8, 8)
+
+
+class Conv(nn.Module):
+    """One 3x3 conv of 4 -> 8 channels, then ``after(y, x)``."""
+
+    def __init__(self, after, bias: bool = True) -> None:
+        super().__init__()
+        self.conv, self.after = nn.Conv2d(4, 8, 3, padding=1, bias=bias), after
+
+    def forward(self, x):
+        return self.after(self.conv(x), x)
+
+
+SKIP = torch.arange(8 * 64, dtype=torch.float32).reshape(1, 8, 8, 8) / 100
+SHIFT = torch.linspace(-1, 1, 8).reshape(8, 1, 1)
+CASES = {
+    "bias+relu": (lambda y, x: torch.relu(y), True, ["bias", "relu"]),
+    "relu without bias": (lambda y, x: torch.relu(y), False, ["relu"]),
+    "bias+residual+relu": (lambda y, x: torch.relu(y + SKIP), True, ["bias", "residual", "relu"]),
+    "a computed residual, first": (lambda y, x: torch.relu(x.repeat(1, 2, 1, 1) + y), False, ["residual", "relu"]),
+    "a constant per channel on a conv without bias": (
+        lambda y, x: y + SHIFT, False, ["bias"]),
+    "output used twice": (lambda y, x: torch.relu(y) * y, True, ["bias"]),
+    "y + y": (lambda y, x: y + y, False, []),
+    "relu after relu": (lambda y, x: torch.relu(torch.relu(y)), True, ["bias", "relu"]),
+    "broadcast to a larger batch": (lambda y, x: y + torch.ones(2, 8, 8, 8), False, []),
+    "a scalar added": (lambda y, x: torch.relu(y + 0.5), False, []),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_kernel_computes_the_ops_after_its_conv_it_can_take(case, tmp_path):
+    after, bias, expected = CASES[case]
+    torch.manual_seed(0)
+    model = Conv(after, bias).eval()
+    x = torch.randn(SHAPE)
+    program = torch.export.export(model, (x,))
+    plans = []
+    for node in extract(model, SHAPE).convs:
+        template = template_for(node.layer.workload, LOCAL)
+        plans.append(ConvPlan(node.module, template, template.fallback_config()))
+    library, kernels, names, epilogues = compile_model(program, LOCAL, plans)
+    assert epilogues == {"conv": expected} and names == {"conv": "edgetune_conv0"} and kernels is not None
+
+    (tmp_path / "model.so").write_bytes(library)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "model.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu())).numpy()
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_without_fusion_no_kernel_takes_an_epilogue():
+    model = Conv(lambda y, x: torch.relu(y + SKIP)).eval()
+    program = torch.export.export(model, (torch.randn(SHAPE),))
+    template = template_for(extract(model, SHAPE).convs[0].layer.workload, LOCAL)
+    _, _, _, epilogues = compile_model(program, LOCAL, [ConvPlan("conv", template, template.fallback_config())],
+                                       fuse=False)
+    assert epilogues == {"conv": []}
