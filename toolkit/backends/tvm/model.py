@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -211,15 +211,13 @@ def _make_rewriter() -> type:
                 plan, epilogue = self.growing[source]
                 args = list(self.lookup_binding(source).args[1].fields)
                 if call.op == relu_op:
-                    grown, extra = (None if epilogue.relu else Epilogue(epilogue.bias, epilogue.residual, True)), None
+                    grown = None if epilogue.relu else replace(epilogue, relu=True)
                 else:
                     grown, extra = _added(call.args[1 - i], call.ty, epilogue)
-                if grown is None:
-                    continue
-                if extra is not None:
-                    args.append(self.builder_.emit(extra) if isinstance(call.args[1 - i], tvm.ir.expr.Constant)
-                                else extra)
-                return self._kernel_call(plan, grown, args, call.ty)
+                    if grown is not None:
+                        args.append(extra if isinstance(extra, relax.Var) else self.builder_.emit(extra))
+                if grown is not None:
+                    return self._kernel_call(plan, grown, args, call.ty)
             return call
 
         def run(self) -> Any:
@@ -249,7 +247,7 @@ def _make_rewriter() -> type:
             if per_channel:
                 return Epilogue(bias=True), relax.op.reshape(other, (channels,))
         if shape == out and not epilogue.residual and not epilogue.relu:
-            return Epilogue(epilogue.bias, True, False), other
+            return replace(epilogue, residual=True), other
         return None, None
 
     return Rewriter
@@ -261,6 +259,7 @@ def _static_shape(expr: Any) -> list[int] | None:
 
 
 def _static_shape_of(ty: Any) -> list[int] | None:
+    """The constant shape of a Relax tensor type (``None`` as :func:`_static_shape`)."""
     try:
         return [int(d) for d in ty.shape]
     except (AttributeError, TypeError, ValueError):
@@ -292,12 +291,8 @@ def _workload(call: Any) -> Conv2dWorkload | None:
     pad = [int(p) for p in a.padding]
     if not plain or int(a.groups) != 1 or pad[0] != pad[2] or pad[1] != pad[3]:
         return None
-    try:
-        xs = [int(v) for v in call.args[0].ty.shape]
-        ws = [int(v) for v in call.args[1].ty.shape]
-    except (TypeError, ValueError):   # a symbolic shape
-        return None
-    if call.args[0].ty.dtype != "float32":
+    xs, ws = _static_shape(call.args[0]), _static_shape(call.args[1])
+    if xs is None or ws is None or call.args[0].ty.dtype != "float32":   # a symbolic shape, another dtype
         return None
     return Conv2dWorkload(xs[0], xs[2], xs[3], xs[1], ws[0], ws[2], ws[3], int(a.strides[0]), int(a.strides[1]),
                           pad[0], pad[1])
