@@ -225,8 +225,9 @@ def _markdown(results: dict[str, Any], command: str) -> str:
                   "of their own (single-threaded by TVM's default CPU pipeline) that read and write the conv's output "
                   "once more; `edgetune-untuned` computes them in the conv kernel as each output leaves the accumulator "
                   "(the export's default).", ""]
-    lines += ["CUDA: not run. Whole-model exports are built for CPU and VTA boards, not CUDA ones, and no GPU was "
-              "lent to the session that ran this benchmark.", ""]
+    lines += ["CUDA: not run. No GPU was lent to the session that ran this benchmark; whole-model exports for a "
+              "Jetson build (each kernel's CUDA source checked against the board's limits) but have not run on a GPU.",
+              ""]
     return "\n".join(lines)
 
 

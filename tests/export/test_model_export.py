@@ -218,10 +218,35 @@ def test_bad_model_exports_get_one_line_errors(model_file, network_log, tmp_path
     assert "is a conv of this model" in one_line_error(r)
     r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "--out", tmp_path / "e")
     assert "needs --board" in one_line_error(r)
-    r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "-b", "jetson-nano",
-                "--out", tmp_path / "f")
-    assert "is a CUDA board" in one_line_error(r)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_model_exports_for_a_cuda_board_with_each_kernels_gpu_code(model_file, tmp_path):
+    """No GPU here: the Jetson package is cross-linked for aarch64 and embeds the CUDA source of every kernel (what
+    the board's NVRTC compiles at load); running it needs the board, and `local` refuses it."""
+    out = tmp_path / "nano"
+    r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "-b", "jetson-nano", "--out", out)
+    assert r.exit_code == 0, r.output
+    ex = load_export(out)
+    assert ex.manifest.family == "cuda" and ex.manifest.arch == "aarch64"
+    convs = {c["module"]: c for c in ex.manifest.model["convs"]}
+    assert {m: (c["schedule"], c["epilogue"]) for m, c in convs.items()} == {
+        "stem": ("fallback", ["bias", "relu"]), "c1": ("fallback", ["bias", "relu"]),
+        "c2": ("fallback", ["bias", "residual", "relu"]), "dw": ("tvm", None), "down": ("fallback", ["bias"])}
+    model, kernels = ((out / f).read_bytes() for f in ("model.so", "kernels.so"))
+    assert all(lib[:4] == b"\x7fELF" and lib[18] == 183 for lib in (model, kernels))   # e_machine: EM_AARCH64
+
+    def gpu_kernels(library: bytes) -> set[str]:
+        return set(re.findall(rb'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)_kernel\(', library))
+
+    # kernels.so: the plain kernels the manifest names; model.so: one per shape and epilogue, and TVM's own
+    assert gpu_kernels(kernels) == {c["kernel"].encode() for c in convs.values() if c["kernel"]}
+    edgetune = {k for k in gpu_kernels(model) if k.startswith(b"edgetune_conv")}
+    assert len(edgetune) == len({(c["workload"], tuple(c["epilogue"])) for c in convs.values() if c["kernel"]}) == 4
+    assert gpu_kernels(model) - edgetune          # the depthwise conv, pooling and the classifier: dlight's schedules
+    assert "dev = tvm.cuda(0)" in (out / "README.md").read_text()
+    r = _invoke("run", out, "-b", "local")
+    assert "GPU" in one_line_error(r) or "cuda" in one_line_error(r)
 
 
 @pytest.mark.slow

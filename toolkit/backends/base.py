@@ -175,7 +175,7 @@ class Backend(abc.ABC):
 
     def check_model_target(self, profile: BoardProfile) -> None:
         """Refuse a board this family cannot compile whole models for (:class:`ExportError` saying what to do)."""
-        raise ExportError(f"whole-model exports are built for CPU and VTA boards; {profile.name} is a "
+        raise ExportError(f"whole-model exports are built for TVM and VTA boards; {profile.name} is a "
                           f"{profile.family} board: export its tuned kernels with `edgetune export --log LOG`")
 
     def model_conv_refusal(self, layer: Any, profile: BoardProfile) -> str | None:

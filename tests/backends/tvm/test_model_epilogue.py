@@ -36,6 +36,9 @@ CASES = {
     "a computed residual, first": (lambda y, x: torch.relu(x.repeat(1, 2, 1, 1) + y), False, ["residual", "relu"]),
     "a constant per channel on a conv without bias": (
         lambda y, x: y + SHIFT, False, ["bias"]),
+    "a conv's bias, then a constant per channel (batch-norm), then relu": (
+        lambda y, x: torch.relu(y + SHIFT), True, ["bias", "relu"]),
+    "a constant per channel after a residual": (lambda y, x: y + SKIP + SHIFT, True, ["bias", "residual"]),
     "output used twice": (lambda y, x: torch.relu(y) * y, True, ["bias"]),
     "y + y": (lambda y, x: y + y, False, []),
     "relu after relu": (lambda y, x: torch.relu(torch.relu(y)), True, ["bias", "relu"]),
@@ -74,3 +77,23 @@ def test_without_fusion_no_kernel_takes_an_epilogue():
     _, _, _, epilogues = compile_model(program, LOCAL, [ConvPlan("conv", template, template.fallback_config())],
                                        fuse=False)
     assert epilogues == {"conv": []}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_batch_norm_after_a_conv_with_or_without_its_own_bias_is_folded_into_the_kernel(bias, tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1, bias=bias), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    with torch.no_grad():
+        norm = model[1]
+        norm.running_mean.uniform_(-0.5, 0.5), norm.running_var.uniform_(0.5, 2.0)
+        norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-1, 1)
+    x = torch.randn(SHAPE)
+    template = template_for(extract(model, SHAPE).convs[0].layer.workload, LOCAL)
+    library, _, names, epilogues = compile_model(torch.export.export(model, (x,)), LOCAL,
+                                                 [ConvPlan("0", template, template.fallback_config())])
+    assert epilogues == {"0": ["bias", "relu"]}      # no batch-norm arithmetic left outside the kernel
+    (tmp_path / "model.so").write_bytes(library)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "model.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu())).numpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-4)

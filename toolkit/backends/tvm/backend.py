@@ -54,11 +54,14 @@ class TVMBackend(Backend):
 
     # -- tuning -------------------------------------------------------------------------------------
     def template(self, workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Template:
+        return self._template_class()(workload, profile, **options)
+
+    def _template_class(self) -> type:
         if self.device == "cuda":
-            from toolkit.backends.tvm.cuda import CUDAConv2dTemplate as cls
-        else:
-            from toolkit.backends.tvm.cpu import CPUConv2dTemplate as cls
-        return cls(workload, profile, **options)
+            from toolkit.backends.tvm.cuda import CUDAConv2dTemplate
+            return CUDAConv2dTemplate
+        from toolkit.backends.tvm.cpu import CPUConv2dTemplate
+        return CPUConv2dTemplate
 
     def default_builder(self, board: Board) -> LocalBuilder:
         """One worker per CPU (at most 4), :data:`BUILD_TIMEOUT_S` per build, TVM preloaded."""
@@ -159,10 +162,8 @@ class TVMBackend(Backend):
 
     # -- whole models -------------------------------------------------------------------------------
     def check_model_target(self, profile: BoardProfile) -> None:
-        if self.device == "cuda":
-            raise ExportError(f"whole-model exports are built for CPU boards; {profile.name} is a CUDA board, whose "
-                              "model build (GPU schedules for the operators around the convs) edgetune does not make "
-                              "yet: export its tuned kernels with `edgetune export --log LOG`")
+        """Every TVM board takes whole models (CPU boards through TVM's CPU pipeline, CUDA boards through its
+        GPU pipeline)."""
 
     def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
                       folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
@@ -190,12 +191,12 @@ class TVMBackend(Backend):
             "## Running the model on the board (needs only the TVM runtime and numpy)\n\n"
             "```python\nimport numpy as np, tvm\nfrom tvm import relax\n"
             f"lib = tvm.runtime.load_module(\"{model['files']['model']}\")\n"
-            "dev = tvm.cpu(0)\nvm = relax.VirtualMachine(lib, dev)\n"
+            f"dev = tvm.{self.device}(0)\nvm = relax.VirtualMachine(lib, dev)\n"
             f"x = np.zeros({tuple(spec['shape'])}, \"{spec['dtype']}\")   # the input, NCHW\n"
             "out = vm[\"main\"](tvm.runtime.tensor(x, dev))\n"
             "print(out.numpy().shape)   # a model of several outputs returns a tuple of tensors\n```\n\n"
             "The weights are inside the library. Over RPC: `remote.upload(path)`, `lib = remote.load_module(name)`, "
-            "then `relax.VirtualMachine(lib, remote.cpu())`.\n")
+            f"then `relax.VirtualMachine(lib, remote.{self.device}())`.\n")
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
@@ -230,15 +231,17 @@ class TVMBackend(Backend):
                 timer = vm.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
                                           min_repeat_ms=int(options.min_repeat_ms))
                 costs = [float(c) for c in timer(args).results]
-                kernels = self._time_kernels(sess, at, folder, model, dev, options, tag) if per_layer else {}
+                kernels = self._time_kernels(sess, at, folder, model, dev, options, tag,
+                                             self._template_class().weight_layout) if per_layer else {}
         finally:
             runner.close()
         return ModelTiming(outputs, costs, kernels)
 
     @staticmethod
     def _time_kernels(sess: Any, at: Any, folder: Path, model: dict[str, Any], dev: Any, options: MeasureOptions,
-                      tag: str) -> dict[str, float]:
-        """Each edgetune kernel of the model timed alone (random inputs of its shapes), by function name."""
+                      tag: str, weight_layout: str) -> dict[str, float]:
+        """Each edgetune kernel of the model timed alone (random inputs of its shapes, the weight in
+        ``weight_layout``), by function name."""
         import tvm
 
         from toolkit.workloads import parse_spec
@@ -257,7 +260,8 @@ class TVMBackend(Backend):
             at(f"timing {name}")
             wl = parse_spec(conv["workload"])
             args = [tvm.runtime.tensor(rng.uniform(-1, 1, shape).astype("float32"), dev)
-                    for shape in ((wl.n, wl.ci, wl.h, wl.w), (wl.ci, wl.kh, wl.kw, wl.co))]
+                    for shape in ((wl.n, wl.ci, wl.h, wl.w), (wl.ci, wl.kh, wl.kw, wl.co) if weight_layout == "IHWO"
+                                  else (wl.co, wl.ci, wl.kh, wl.kw))]
             args.append(tvm.runtime.tensor(np.zeros((wl.n, wl.co, wl.oh, wl.ow), "float32"), dev))
             timer = lib.time_evaluator(name, dev, number=options.number, repeat=options.repeat,
                                        min_repeat_ms=int(options.min_repeat_ms))

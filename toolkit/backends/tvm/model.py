@@ -1,16 +1,19 @@
 """Whole models through Relax: a ``torch.export`` program compiled for a TVM board, its convs edgetune's kernels.
 
 ``compile_model`` imports the program with ``relax.frontend.torch.from_exported_program``, binds the weights
-as constants, folds batch-norm into the conv weights (``FoldBatchnormToConv2D``, then
-``DecomposeOpsForInference`` for any batch-norm left), and replaces every plain conv2d (NCHW, groups 1,
+as constants, folds batch-norm into the conv weights (after the conv's own bias too; ``FoldBatchnormToConv2D``,
+then ``DecomposeOpsForInference`` for any batch-norm left), and replaces every plain conv2d (NCHW, groups 1,
 no dilation) by a ``call_tir`` of edgetune's scheduled kernel for its shape: the tuned config when a
 record is given, else the template's fallback config (TVM's default pipeline would leave the conv
-unscheduled). The kernels take their weights in ``IHWO``: the transpose is folded at compile time. What
+unscheduled). The kernels take their weights in their template's layout (``IHWO`` on CPUs: the transpose is
+folded at compile time; ``OIHW`` on CUDA). What
 follows a conv element by element (a per-channel constant added: its bias or folded batch-norm; then a
 tensor of its shape added: a residual; then ReLU), each step the only use of the one before, is computed
 by the kernel itself as each output element leaves its accumulator (:class:`~toolkit.backends.tvm.cpu.Epilogue`),
-so the conv's output is written once. Each kernel is marked opaque, so ``FuseOps`` leaves it whole. Grouped
-and depthwise convs, pooling, the classifier and every other operator go through TVM's default CPU pipeline.
+so the conv's output is written once. Each kernel is marked opaque, so ``FuseOps`` leaves it whole, and
+scheduled, so a GPU pipeline's default schedules (``dlight``) leave it as it is. Grouped and depthwise convs,
+pooling, the classifier and every other operator go through TVM's default pipeline for the target (on CUDA:
+``dlight``'s GPU rules).
 """
 
 from __future__ import annotations
@@ -58,10 +61,39 @@ def relax_module(program: Any) -> Any:
     if params.get("main"):
         names = [p.name for p in mod["main"].params][-len(params["main"]):]
         mod = relax.transform.BindParams("main", dict(zip(names, params["main"])))(mod)
-    for step in (relax.transform.FoldBatchnormToConv2D(), relax.transform.DecomposeOpsForInference(),
-                 relax.transform.FoldConstant()):
+    for step in (relax.transform.FoldConstant(), _fold_batchnorm_after_bias, relax.transform.FoldBatchnormToConv2D(),
+                 relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()):
         mod = step(mod)
     return mod
+
+
+def _fold_batchnorm_after_bias(mod: Any) -> Any:
+    """``mod`` with every batch-norm that follows a conv's own bias folded into that conv (weights scaled, one
+    per-channel constant added), as ``FoldBatchnormToConv2D`` folds one that follows the conv directly."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+
+    data, weight, bias, gamma, beta, mean, var = wildcard(), *(is_const() for _ in range(6))
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    norm = is_op("relax.nn.batch_norm")(is_op("relax.add")(conv, bias), gamma, beta, mean, var)
+
+    def fold(expr: Any, matches: Any) -> Any:
+        call, w = matches[conv], matches[weight].value.numpy()
+        g, b, m, v, c = (matches[p].value.numpy().astype("float32") for p in (gamma, beta, mean, var, bias))
+        if (call.attrs.kernel_layout != "OIHW" or int(matches[norm].attrs.axis) != 1 or w.dtype != "float32"
+                or c.size != w.shape[0] or max(c.shape, default=1) != c.size):
+            return expr
+        scale = g / np.sqrt(v + np.float32(matches[norm].attrs.epsilon))
+        shift = (c.reshape(-1) - m) * scale + b
+        scaled = relax.const((w * scale.reshape(-1, 1, 1, 1)).astype("float32"))
+        return relax.op.add(relax.Call(call.op, (matches[data], scaled), call.attrs),
+                            relax.const(shift.reshape(1, -1, 1, 1).astype("float32")))
+
+    pattern = TupleGetItemPattern(norm, 0)
+    return tvm.IRModule({gv: rewrite_call(pattern, fold, func) if isinstance(func, relax.Function) else func
+                         for gv, func in mod.functions_items()}, attrs=mod.attrs)
 
 
 def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], *,
@@ -91,7 +123,7 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
                 raise ExportError(f"config #{plan.config.index} of {plan.template.workload.label} does not schedule "
                                   f"({_last_line(exc)}); tune it again") from None
             name = f"edgetune_conv{len(kernels)}"
-            func = func.with_attr("global_symbol", name)
+            func = func.with_attr("global_symbol", name).with_attr("tir.is_scheduled", True)
             if not epilogue:
                 alone[name] = func
             kernels[key] = builder.add_func(func.with_attr("op_pattern", OPAQUE), name), name
@@ -193,7 +225,9 @@ def _make_rewriter() -> type:
             if workload != plan.template.workload:
                 raise ExportError(f"conv {plan.module}: Relax sees {workload.spec() if workload else 'another op'}, "
                                   f"PyTorch {plan.template.workload.spec()}; the model cannot be matched")
-            weight = self.builder_.emit(relax.op.permute_dims(call.args[1], [1, 2, 3, 0]))
+            weight = call.args[1]
+            if plan.template.weight_layout == "IHWO":
+                weight = self.builder_.emit(relax.op.permute_dims(weight, [1, 2, 3, 0]))
             return self._kernel_call(plan, Epilogue(), [call.args[0], weight], call.ty)
 
         def _kernel_call(self, plan: ConvPlan, epilogue: Epilogue, args: list[Any], ty: Any) -> Any:
@@ -213,9 +247,9 @@ def _make_rewriter() -> type:
                 if call.op == relu_op:
                     grown = None if epilogue.relu else replace(epilogue, relu=True)
                 else:
-                    grown, extra = _added(call.args[1 - i], call.ty, epilogue)
-                    if grown is not None:
-                        args.append(extra if isinstance(extra, relax.Var) else self.builder_.emit(extra))
+                    grown, args = _added(call.args[1 - i], call.ty, epilogue, args)
+                    args = [a if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else self.builder_.emit(a)
+                            for a in args]
                 if grown is not None:
                     return self._kernel_call(plan, grown, args, call.ty)
             return call
@@ -232,23 +266,26 @@ def _make_rewriter() -> type:
         """Whether ``call`` takes ``source`` once (``x + x`` is not an epilogue step of ``x``'s kernel)."""
         return sum(arg.same_as(source) for arg in call.args) == 1
 
-    def _added(other: Any, ty: Any, epilogue: Epilogue) -> tuple[Epilogue | None, Any]:
-        """The epilogue grown by adding ``other`` to the kernel's output (of type ``ty``, NCHW) and the kernel
-        input it takes: a float32 constant of one value per output channel (as a ``[CO]`` vector) as the bias
-        when nothing was done yet, else a float32 tensor of the output's shape as the residual when no ReLU was
-        done."""
+    def _added(other: Any, ty: Any, epilogue: Epilogue, args: list[Any]) -> tuple[Epilogue | None, list[Any]]:
+        """The epilogue grown by adding ``other`` to the output (of type ``ty``, NCHW) of a kernel called with
+        ``args``, and the kernel's new inputs: a float32 constant of one value per output channel (as a ``[CO]``
+        vector) as the bias when nothing or only a bias was done yet (a conv's own bias, then a folded batch-norm:
+        the two are summed), else a float32 tensor of the output's shape as the residual when no ReLU was done."""
         shape, out = _static_shape(other), _static_shape_of(ty)
         if shape is None or out is None or other.ty.dtype != "float32" or ty.dtype != "float32":
-            return None, None
+            return None, args
         channels = out[1]
-        if isinstance(other, tvm.ir.expr.Constant) and not epilogue:
+        if isinstance(other, tvm.ir.expr.Constant) and epilogue in (Epilogue(), Epilogue(bias=True)):
             per_channel = len(shape) in (3, 4) and shape[-3] == channels and all(
                 d == 1 for j, d in enumerate(shape) if j != len(shape) - 3)
             if per_channel:
-                return Epilogue(bias=True), relax.op.reshape(other, (channels,))
+                bias = relax.op.reshape(other, (channels,))
+                if epilogue.bias:
+                    return epilogue, [*args[:2], relax.op.add(args[2], bias)]
+                return Epilogue(bias=True), [*args, bias]
         if shape == out and not epilogue.residual and not epilogue.relu:
-            return replace(epilogue, residual=True), other
-        return None, None
+            return replace(epilogue, residual=True), [*args, other]
+        return None, args
 
     return Rewriter
 
