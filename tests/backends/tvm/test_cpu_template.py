@@ -108,6 +108,29 @@ def test_an_epilogue_leaves_no_intermediate_conv_buffer():
     assert "T.max(" in fused and "T.max(" not in t.schedule(t.fallback_config()).script()
 
 
+@pytest.mark.parametrize("template, board", [("cpu", "local"), ("cuda", "jetson-nano")])
+def test_schedules_without_tvms_type_checks_are_the_checked_ones(template, board, monkeypatch):
+    """Templates schedule through ``new_schedule`` (TVM's argument checks skipped, a third of the time) and share one
+    PrimFunc per shape and epilogue; both leave the schedule as TVM's checked primitives make it."""
+    from tvm import s_tir
+
+    from toolkit.backends.tvm import cpu, cuda
+
+    assert hasattr(s_tir.Schedule.split, "__wrapped__")      # else new_schedule runs the checked primitives
+    cls = {"cpu": CPUConv2dTemplate, "cuda": cuda.CUDAConv2dTemplate}[template]
+    t = cls(parse_workload("resnet18.C5"), load_profile(board))
+    configs = [t.space().get(i) for i in t.space().sample(6, np.random.default_rng(1))] + [t.fallback_config()]
+    epilogues = [None, Epilogue(True, True, True)]
+    fast = [t.schedule(c, e) for c in configs for e in epilogues]
+    pristine = t._compute().script()
+    assert t._compute() is t._compute() and pristine == cpu._conv_prim_func.__wrapped__(
+        t.workload, t.weight_layout, Epilogue()).script()                       # shared, and left unchanged
+    monkeypatch.setattr(cpu, "new_schedule", lambda func: s_tir.Schedule(tvm.IRModule({"main": func})))
+    monkeypatch.setattr(cuda, "new_schedule", cpu.new_schedule)
+    for got, (c, e) in zip(fast, [(c, e) for c in configs for e in epilogues]):
+        tvm.ir.assert_structural_equal(got, t.schedule(c, e))
+
+
 @pytest.mark.parametrize("pack", [p for p in PACK_WEIGHT if p != "none"])
 def test_weight_packing_configs_build_and_match_numpy(pack, tmp_path):
     """Each packing, with a fused parallel loop (the slice's region depends on a floordiv) and both vec axes."""

@@ -30,6 +30,7 @@ True
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import tempfile
 import time
@@ -74,6 +75,78 @@ class Epilogue:
     def describe(self) -> list[str]:
         """The steps it does, in order (``["bias", "residual", "relu"]`` at most)."""
         return [name for name in ("bias", "residual", "relu") if getattr(self, name)]
+
+
+@functools.lru_cache(maxsize=64)
+def _conv_prim_func(wl: Conv2dWorkload, weight_layout: str, epilogue: Epilogue) -> Any:
+    """The PrimFunc of :meth:`ConvTemplateBase._compute`."""
+    from tvm import te
+
+    data = te.placeholder((wl.n, wl.ci, wl.h, wl.w), name="data")
+    wshape = (wl.ci, wl.kh, wl.kw, wl.co) if weight_layout == "IHWO" else (wl.co, wl.ci, wl.kh, wl.kw)
+    weight = te.placeholder(wshape, name="weight")
+    if wl.ph or wl.pw:
+        hp, wp = wl.h + 2 * wl.ph, wl.w + 2 * wl.pw
+        src = te.compute(
+            (wl.n, wl.ci, hp, wp),
+            lambda n, c, y, x: te.if_then_else(
+                te.all(y >= wl.ph, y < wl.h + wl.ph, x >= wl.pw, x < wl.w + wl.pw),
+                data[n, c, y - wl.ph, x - wl.pw], te.const(0.0, "float32")),
+            name="pad")
+    else:
+        src = data
+    ci = te.reduce_axis((0, wl.ci), "ci")
+    kh = te.reduce_axis((0, wl.kh), "kh")
+    kw = te.reduce_axis((0, wl.kw), "kw")
+    if weight_layout == "IHWO":
+        def w_at(co, c, y, x):
+            return weight[c, y, x, co]
+    else:
+        def w_at(co, c, y, x):
+            return weight[co, c, y, x]
+    conv = te.compute(
+        (wl.n, wl.co, wl.oh, wl.ow),
+        lambda n, co, y, x: te.sum(src[n, ci, y * wl.sh + kh, x * wl.sw + kw] * w_at(co, ci, kh, kw),
+                                   axis=[ci, kh, kw]),
+        name="conv")
+    if not epilogue:
+        return te.create_prim_func([data, weight, conv])
+    inputs = [data, weight]
+    bias = te.placeholder((wl.co,), name="bias") if epilogue.bias else None
+    residual = te.placeholder((wl.n, wl.co, wl.oh, wl.ow), name="residual") if epilogue.residual else None
+    inputs += [t for t in (bias, residual) if t is not None]
+
+    def after(n: Any, co: Any, y: Any, x: Any) -> Any:
+        value = conv[n, co, y, x]
+        if bias is not None:
+            value = value + bias[co]
+        if residual is not None:
+            value = value + residual[n, co, y, x]
+        return te.max(value, te.const(0.0, "float32")) if epilogue.relu else value
+
+    return te.create_prim_func([*inputs, te.compute((wl.n, wl.co, wl.oh, wl.ow), after, name="epilogue")])
+
+
+def new_schedule(func: Any) -> Any:
+    """An ``s_tir.Schedule`` of ``func`` whose primitives skip TVM's per-call argument type checks: they take a
+    third of a template's scheduling time, which the tuners' compiled features pay for every candidate, and the
+    templates pass well-typed arguments (the schedule is the same, tested)."""
+    import tvm
+    from tvm import s_tir
+
+    return _Unchecked(s_tir.Schedule(tvm.IRModule({"main": func})))
+
+
+class _Unchecked:
+    """A schedule whose type-checked methods are called as they were before checking (``__wrapped__``, which
+    ``functools.wraps`` sets); everything else is the schedule's own."""
+
+    def __init__(self, sch: Any) -> None:
+        self._sch = sch
+
+    def __getattr__(self, name: str) -> Any:
+        raw = getattr(getattr(type(self._sch), name, None), "__wrapped__", None)
+        return raw.__get__(self._sch) if raw is not None else getattr(self._sch, name)
 
 
 def conv2d_nchw_reference(data: np.ndarray, weight_oihw: np.ndarray, wl: Conv2dWorkload) -> np.ndarray:
@@ -149,53 +222,9 @@ class ConvTemplateBase(Template):
 
     def _compute(self, epilogue: Epilogue | None = None) -> Any:
         """``te`` compute of the conv as a PrimFunc (data, weight, conv); with an ``epilogue``, the conv feeds
-        an elementwise block ``epilogue`` (data, weight[, bias][, residual], out)."""
-        from tvm import te
-
-        wl = self.workload
-        data = te.placeholder((wl.n, wl.ci, wl.h, wl.w), name="data")
-        wshape = (wl.ci, wl.kh, wl.kw, wl.co) if self.weight_layout == "IHWO" else (wl.co, wl.ci, wl.kh, wl.kw)
-        weight = te.placeholder(wshape, name="weight")
-        if wl.ph or wl.pw:
-            hp, wp = wl.h + 2 * wl.ph, wl.w + 2 * wl.pw
-            src = te.compute(
-                (wl.n, wl.ci, hp, wp),
-                lambda n, c, y, x: te.if_then_else(
-                    te.all(y >= wl.ph, y < wl.h + wl.ph, x >= wl.pw, x < wl.w + wl.pw),
-                    data[n, c, y - wl.ph, x - wl.pw], te.const(0.0, "float32")),
-                name="pad")
-        else:
-            src = data
-        ci = te.reduce_axis((0, wl.ci), "ci")
-        kh = te.reduce_axis((0, wl.kh), "kh")
-        kw = te.reduce_axis((0, wl.kw), "kw")
-        if self.weight_layout == "IHWO":
-            def w_at(co, c, y, x):
-                return weight[c, y, x, co]
-        else:
-            def w_at(co, c, y, x):
-                return weight[co, c, y, x]
-        conv = te.compute(
-            (wl.n, wl.co, wl.oh, wl.ow),
-            lambda n, co, y, x: te.sum(src[n, ci, y * wl.sh + kh, x * wl.sw + kw] * w_at(co, ci, kh, kw),
-                                       axis=[ci, kh, kw]),
-            name="conv")
-        if not epilogue:
-            return te.create_prim_func([data, weight, conv])
-        inputs = [data, weight]
-        bias = te.placeholder((wl.co,), name="bias") if epilogue.bias else None
-        residual = te.placeholder(self.output_shape(), name="residual") if epilogue.residual else None
-        inputs += [t for t in (bias, residual) if t is not None]
-
-        def after(n: Any, co: Any, y: Any, x: Any) -> Any:
-            value = conv[n, co, y, x]
-            if bias is not None:
-                value = value + bias[co]
-            if residual is not None:
-                value = value + residual[n, co, y, x]
-            return te.max(value, te.const(0.0, "float32")) if epilogue.relu else value
-
-        return te.create_prim_func([*inputs, te.compute(self.output_shape(), after, name="epilogue")])
+        an elementwise block ``epilogue`` (data, weight[, bias][, residual], out). Built once per process for
+        each workload, layout and epilogue: a schedule copies what it changes."""
+        return _conv_prim_func(self.workload, self.weight_layout, epilogue or Epilogue())
 
     def check(self, config: Config) -> None:
         """Reject a config before scheduling; :class:`BuildError` (INVALID_CONFIG) with the reason."""
@@ -293,11 +322,9 @@ class CPUConv2dTemplate(ConvTemplateBase):
     def schedule(self, config: Config, epilogue: Epilogue | None = None) -> Any:
         """The scheduled module of ``config``; an ``epilogue`` is computed in the accumulator's write-back, where
         each output element leaves the registers (a kernel for a model's conv; tuning measures the plain conv)."""
-        import tvm
-        from tvm import s_tir
 
         c = config.values
-        sch = s_tir.Schedule(tvm.IRModule({"main": self._compute(epilogue)}))
+        sch = new_schedule(self._compute(epilogue))
         conv = sch.get_sblock("conv")
         n, co, oh, ow, rc, ry, rx = sch.get_loops(conv)
         co_o, co_v = sch.split(co, [None, c["tile_co"][1]])

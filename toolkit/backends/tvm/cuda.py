@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from toolkit.backends.tvm.cpu import ConvTemplateBase, Epilogue
+from toolkit.backends.tvm.cpu import ConvTemplateBase, Epilogue, new_schedule
 from toolkit.tuning.core.result import ErrorClass
 from toolkit.tuning.core.space import CategoricalKnob, Config, Knob, SplitKnob
 from toolkit.tuning.core.template import BuildError
@@ -126,11 +126,9 @@ class CUDAConv2dTemplate(ConvTemplateBase):
     def schedule(self, config: Config, epilogue: Epilogue | None = None) -> Any:
         """The scheduled module of ``config``; an ``epilogue`` is computed where each thread writes its outputs
         back from registers (a kernel for a model's conv; tuning measures the plain conv)."""
-        import tvm
-        from tvm import s_tir
 
         c, wl = config.values, self.workload
-        sch = s_tir.Schedule(tvm.IRModule({"main": self._compute(epilogue)}))
+        sch = new_schedule(self._compute(epilogue))
         conv = sch.get_sblock("conv")
         out = sch.cache_write(conv, 0, "local")  # `conv` accumulates in registers, `out` writes back
         padded = wl.ph or wl.pw
