@@ -261,6 +261,24 @@ def test_a_tuned_shape_the_model_lacks_is_reported_not_refused(model_file, netwo
 
 
 @pytest.mark.slow
+def test_a_log_tuned_on_another_cpu_is_used_with_a_warning(model_file, network_log, tmp_path):
+    header, *records = network_log.read_text().splitlines()
+    task = json.loads(header)
+    mcpu = task["task"]["tasks"][0]["target"]["mcpu"]
+    for t in task["task"]["tasks"]:
+        t["target"]["mcpu"] = "cortex-a72"          # as if tuned on an aarch64 board's CPU
+    log = tmp_path / "elsewhere.jsonl"
+    log.write_text("\n".join([json.dumps(task), *records]) + "\n")
+    r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "-b", "local", "--log", log,
+                "--out", tmp_path / "e")
+    assert r.exit_code == 0, r.output
+    assert f"elsewhere.jsonl was tuned for CPU cortex-a72, this board's is {mcpu}" in " ".join(r.output.split())
+    model = load_export(tmp_path / "e").manifest.model
+    assert model["tuned_elsewhere"] == [{"log": "elsewhere.jsonl", "why": f"CPU cortex-a72, this board's is {mcpu}"}]
+    assert {c["schedule"] for c in model["convs"]} >= {"tuned"}         # its records are used all the same
+
+
+@pytest.mark.slow
 def test_bad_runs_get_one_line_errors(model_export, tmp_path):
     np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 8, 8), np.float32))
     np.save(tmp_path / "f64.npy", np.zeros((1, 3, 16, 16), np.float64))

@@ -133,6 +133,11 @@ class Backend(abc.ABC):
     def check_export_target(self, profile: BoardProfile, tuned: BoardProfile, name: str, log: Path) -> None:
         """Refuse exporting a log tuned with ``tuned`` for ``profile`` when this family cannot."""
 
+    def tuned_elsewhere(self, profile: BoardProfile, tuned_target: dict[str, Any]) -> str | None:
+        """What differs between the hardware records tuned for ``tuned_target`` were measured on and ``profile``'s,
+        where it can make other configs the fastest (``None``: nothing, the default)."""
+        return None
+
     def record_template(self, template: Template, config: dict[str, Any]) -> Template | None:
         """A template that rebuilds a record whose config is not a point of ``template``'s space (another
         tool's schedule, such as a MetaSchedule trace); ``None`` when it is one."""

@@ -125,6 +125,9 @@ def export(
         calib = manifest.model.get("calibration") or {}
         if calib.get("source") == "synthetic":
             console.warn(f"calibrated on synthetic inputs: {calib['note']}")
+        for other in manifest.model.get("tuned_elsewhere", []):
+            console.warn(f"{other['log']} was tuned for {other['why']}: its configs were the fastest there, not "
+                         "necessarily here; tune the model on this board (`edgetune tune --model`)")
         for unused in manifest.model["unused_records"]:
             console.info(f"not in the model: tuned shape {unused['workload']} ({unused['log']})")
         return

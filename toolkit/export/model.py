@@ -71,7 +71,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
     name, profile = _target_profile(board, inventory)
     backend = backend_for(profile)
     backend.check_model_target(profile)
-    best, log_files = _best_records(logs, profile)
+    best, log_files, elsewhere = _best_records(logs, profile)
     if progress is not None:
         progress("the model's graph (torch.export)")
     loaded = load_model(model, input_shape, seed=seed)
@@ -96,7 +96,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
             "files": files, "source": {**loaded.source, "seed": seed if loaded.source["kind"] == "builtin" else None},
             "inputs": [{"name": _input_name(loaded), "shape": list(input_shape), "dtype": "float32"}],
             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
-            **extra, "convs": [c.to_json() for c in choices], "unused_records": unused,
+            **extra, "convs": [c.to_json() for c in choices], "unused_records": unused, "tuned_elsewhere": elsewhere,
             "skipped": [{"module": m, "why": why} for m, why in extraction.skipped]}
         tuned_on = _tuned_on(log_files)
         manifest = ExportManifest(
@@ -111,25 +111,29 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
 
 
 def _best_records(logs: Sequence[str | Path], profile: BoardProfile
-                  ) -> tuple[dict[str, tuple[Record, Path]], list[tuple[Path, Any]]]:
-    """The best valid record per workload over ``logs`` (each with its log), refusing a log of another family."""
+                  ) -> tuple[dict[str, tuple[Record, Path]], list[tuple[Path, Any]], list[dict[str, str]]]:
+    """The best valid record per workload over ``logs`` (each with its log), refusing a log of another family;
+    the logs (with their headers), and those tuned on other hardware of the family (log, what differs)."""
     backend = backend_for(profile)
     best: dict[str, tuple[Record, Path]] = {}
-    files = []
+    files, elsewhere = [], []
     for log in map(Path, logs):
         header, records = stream_log(log)
-        tuned_board, tuned_type, _ = log_board(header.task)
+        tuned_board, tuned_type, tuned_target = log_board(header.task)
         tuned = tuned_profile_of(tuned_type, header.task, log)
         if backend_for(tuned) is not backend:
             raise ExportError(f"{log} was tuned on a {tuned.family} board ({tuned_type}); a model for "
                               f"{profile.name} ({profile.family}) takes logs of {profile.family} boards: drop it "
                               "or tune the model on this board (`edgetune tune --model`)")
         backend.check_export_target(profile, tuned, profile.name, log)
+        why = backend.tuned_elsewhere(profile, tuned_target if isinstance(tuned_target, dict) else {})
+        if why:
+            elsewhere.append({"log": log.name, "why": why})
         files.append((log, header))
         for key, rec in best_per_workload(records).items():
             if key not in best or rec.seconds < best[key][0].seconds:
                 best[key] = (rec, log)
-    return best, files
+    return best, files, elsewhere
 
 
 def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,

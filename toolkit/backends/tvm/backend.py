@@ -129,6 +129,14 @@ class TVMBackend(Backend):
     def _host(self, target: dict[str, Any]) -> dict[str, Any]:
         return target.get("host", target) if self.device == "cuda" else target
 
+    def tuned_elsewhere(self, profile: BoardProfile, tuned_target: dict[str, Any]) -> str | None:
+        """Another GPU (CUDA boards) or another CPU (CPU boards: a log of `local` tuned on another machine)."""
+        if self.device == "cuda":
+            theirs, mine = tuned_target.get("arch"), profile.target.get("arch")
+            return f"GPU {theirs}, this board's is {mine}" if theirs and theirs != mine else None
+        theirs, mine = tuned_target.get("mcpu"), profile.target.get("mcpu")
+        return f"CPU {theirs}, this board's is {mine}" if theirs and theirs != mine else None
+
     def check_export_board(self, m: ExportManifest, board: Board) -> None:
         p = board.profile
         what = f"this export is for {m.board_type} ({self.export_summary(m)})"
