@@ -348,6 +348,36 @@ def cold_start(result: BenchResult) -> list[str]:
     return lines
 
 
+CLOSE = (0.01, 0.005, 0.002)
+"""How close to the optimum (relative) :func:`last_steps` counts the trials to, besides the exact optimum."""
+
+
+def last_steps(result: BenchResult) -> list[str]:
+    """Where the trials to the exact optimum go: trials to within each of :data:`CLOSE` of it and to it (geomean
+    over layers and seeds), per tuner; what the last fraction of a percent costs."""
+    budget = int(result.settings["trials"])
+    opt = {k: v["optimum"] for k, v in result.workloads.items()}
+    rows = []
+    for t in dict.fromkeys(r.tuner for r in result.runs):
+        hs = [padded(r, budget) for r in result.runs if r.tuner == t and opt.get(r.workload)]
+        ws = [r.workload for r in result.runs if r.tuner == t and opt.get(r.workload)]
+        if hs:
+            rows.append((t, len(hs), [geomean(trials_to_optimum(h, opt[w], tol) or budget for h, w in zip(hs, ws))
+                                      for tol in (*CLOSE, 0.0)]))
+    if not rows:
+        return []
+    lines = ["", "**The last steps.** Trials to within 1 %, 0.5 % and 0.2 % of each layer's optimum and to the "
+             "optimum itself (geomean over the runs: tuners with fewer runs ran on a subset of the layers). *Share "
+             "after 0.2 %*: the part of the trials to the exact optimum spent once the best found was within 0.2 % "
+             "of it, on differences five times smaller than the timing model's own error against the Pynq's "
+             "measured times (0.6-1.1 %, \"VTA simulator and timing model\" below).", "",
+             "| tuner | runs | to 1 % | to 0.5 % | to 0.2 % | exact | share after 0.2 % |",
+             "|---|---|---|---|---|---|---|"]
+    for t, n, (t1, t05, t02, t0) in rows:
+        lines.append(f"| {t} | {n} | {t1:.1f} | {t05:.1f} | {t02:.1f} | {t0:.1f} | {1 - t02 / t0:.0%} |")
+    return lines
+
+
 NOISE_SE = 2.0
 """A per-layer paired difference counts as beyond noise when its mean is more than this many standard errors from 0."""
 
@@ -423,6 +453,7 @@ def table(result: BenchResult, setting: str, split: str, board_s: float, board_s
                      f" | {f['tuner_s_per_trial']:.3f} ({f['tuner_s_per_trial_worst_layer']:.3f}) | "
                      f"{_f(f['board_s_to_opt'], '.0f')} s |")
     lines += cold_start(result)
+    lines += last_steps(result)
     lines += transfer_check(result)
     lines += ["", f"![{split} set, {setting}: mean regret per trial](img/{png.name})", ""]
     return "\n".join(lines)
