@@ -359,11 +359,10 @@ def last_steps(result: BenchResult) -> list[str]:
     opt = {k: v["optimum"] for k, v in result.workloads.items()}
     rows = []
     for t in dict.fromkeys(r.tuner for r in result.runs):
-        hs = [padded(r, budget) for r in result.runs if r.tuner == t and opt.get(r.workload)]
-        ws = [r.workload for r in result.runs if r.tuner == t and opt.get(r.workload)]
-        if hs:
-            rows.append((t, len(hs), [geomean(trials_to_optimum(h, opt[w], tol) or budget for h, w in zip(hs, ws))
-                                      for tol in (*CLOSE, 0.0)]))
+        mine = [(padded(r, budget), opt[r.workload]) for r in result.runs if r.tuner == t and opt.get(r.workload)]
+        if mine:
+            rows.append((t, len(mine), [geomean(trials_to_optimum(h, o, tol) or budget for h, o in mine)
+                                        for tol in (*CLOSE, 0.0)]))
     if not rows:
         return []
     lines = ["", "**The last steps.** Trials to within 1 %, 0.5 % and 0.2 % of each layer's optimum and to the "

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from toolkit.backends.base import Backend, ModelTiming, rebuild
-from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S
+from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S, weight_shape
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ConfigError, ExportError
 from toolkit.rpc.board_check import Finding
@@ -99,7 +99,7 @@ class TVMBackend(Backend):
     def _signature(self, template: Template) -> dict[str, Any]:
         wl = template.workload
         wlayout = getattr(template, "weight_layout", "OIHW")
-        wshape = [wl.ci, wl.kh, wl.kw, wl.co] if wlayout == "IHWO" else [wl.co, wl.ci, wl.kh, wl.kw]
+        wshape = list(weight_shape(wl, wlayout))
         return {"function": "main", "device": self.device,
                 "args": [{"name": "data", "shape": [wl.n, wl.ci, wl.h, wl.w], "dtype": "float32", "layout": "NCHW"},
                          {"name": "weight", "shape": wshape, "dtype": "float32", "layout": wlayout},
@@ -268,8 +268,7 @@ class TVMBackend(Backend):
             at(f"timing {name}")
             wl = parse_spec(conv["workload"])
             args = [tvm.runtime.tensor(rng.uniform(-1, 1, shape).astype("float32"), dev)
-                    for shape in ((wl.n, wl.ci, wl.h, wl.w), (wl.ci, wl.kh, wl.kw, wl.co) if weight_layout == "IHWO"
-                                  else (wl.co, wl.ci, wl.kh, wl.kw))]
+                    for shape in ((wl.n, wl.ci, wl.h, wl.w), weight_shape(wl, weight_layout))]
             args.append(tvm.runtime.tensor(np.zeros((wl.n, wl.co, wl.oh, wl.ow), "float32"), dev))
             timer = lib.time_evaluator(name, dev, number=options.number, repeat=options.repeat,
                                        min_repeat_ms=int(options.min_repeat_ms))

@@ -77,14 +77,18 @@ class Epilogue:
         return [name for name in ("bias", "residual", "relu") if getattr(self, name)]
 
 
+def weight_shape(wl: Conv2dWorkload, layout: str) -> tuple[int, int, int, int]:
+    """The weight tensor's shape in ``layout`` (``IHWO`` or ``OIHW``)."""
+    return (wl.ci, wl.kh, wl.kw, wl.co) if layout == "IHWO" else (wl.co, wl.ci, wl.kh, wl.kw)
+
+
 @functools.lru_cache(maxsize=64)
 def _conv_prim_func(wl: Conv2dWorkload, weight_layout: str, epilogue: Epilogue) -> Any:
     """The PrimFunc of :meth:`ConvTemplateBase._compute`."""
     from tvm import te
 
     data = te.placeholder((wl.n, wl.ci, wl.h, wl.w), name="data")
-    wshape = (wl.ci, wl.kh, wl.kw, wl.co) if weight_layout == "IHWO" else (wl.co, wl.ci, wl.kh, wl.kw)
-    weight = te.placeholder(wshape, name="weight")
+    weight = te.placeholder(weight_shape(wl, weight_layout), name="weight")
     if wl.ph or wl.pw:
         hp, wp = wl.h + 2 * wl.ph, wl.w + 2 * wl.pw
         src = te.compute(
