@@ -208,3 +208,18 @@ def test_v_pool_bounds_the_rejects_compiled_for_exploration():
         assert len(measured) == 2 and all(i in tuner.compiled.features for i in measured)
     assert len(explored[1]) == 2                      # v_pool 1: one reject per slot
     assert 2 < len(explored[50]) <= 100               # v_pool 50: up to 50 per slot, as many as the round rejected
+
+
+def test_round_order_model_measures_the_same_round_best_first_by_model_a():
+    """``round_order="model"``: the round holds the same configs as by default (ModelA's choices and the
+    exploration picks among ModelV's rejects, which come last by default), all in ModelA's order."""
+    import copy
+
+    tuner = make_tuner("ml2tuner", seed=1, plan_size=8, **FAST)
+    _after_rounds(tuner, 4)
+    ranked = copy.deepcopy(tuner)
+    ranked.params["round_order"] = "model"
+    plan, plan_ranked = tuner.propose(8), ranked.propose(8)
+    assert set(plan) == set(plan_ranked) and plan != plan_ranked
+    scores = ranked.model_a.predict(_features_a(ranked, plan_ranked))
+    assert list(scores) == sorted(scores, reverse=True)

@@ -154,6 +154,9 @@ class ML2Tuner(CostModelTuner, TransferLearner):
                             "(exploration)", float, low=0, high=1),
         "v_pool": Option(64, "ModelV's rejects compiled per exploration slot (the explorer's best first; 64: all of "
                          "a round's); ModelA picks among those and the rejects compiled before", int, low=1),
+        "round_order": Option("explore_last", "the order a round is measured in: explore_last (ModelA's choices best "
+                              "first, then the exploration picks among ModelV's rejects) or model (all of them best "
+                              "first by ModelA)", str, ("explore_last", "model")),
         "v_hidden": Option(True, "after compiling, a second validity model on knob + compile features filters again "
                            "(an edgetune addition; False = the paper's pipeline)", bool),
         "negatives_in_p": Option(True, "compile failures found while reading features enter ModelP as throughput 0",
@@ -476,7 +479,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
             rand = self.compiled.compile(self._filter_v(self.space.sample(
                 4 * n_random, self.rng, exclude=exclude | set(plan)))[0])[:n_random]
             plan = plan[: len(plan) - len(rand)] + rand
-        return plan
+        return self._rank(plan) if self.params["round_order"] == "model" else plan
 
     # -- ask/tell ----------------------------------------------------------------------------------
     def propose(self, n: int) -> list[int]:
