@@ -73,8 +73,10 @@ class MeteredReplay(ReplayBuilder):
         return out
 
 
-def run(setting: str, tuner: str, seed: int, trials: int, board_s: float) -> dict[str, Any]:
-    """One whole-network run; its rounds as (trials, board seconds, every task's best seconds)."""
+def run(setting: str, tuner: str, seed: int, trials: int, board_s: float,
+        options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One whole-network run (``options``: the tuner's, as ``--option``); its rounds as (trials, board seconds,
+    every task's best seconds)."""
     probe = make_task(setting, "C2")
     plan, tasks = network_tasks(get_network("resnet18"), probe.board, **probe.template.options)
     caches = {t.workload: build_cache(setting, t.workload.name.split(".")[1])[1] for t in tasks}
@@ -90,7 +92,7 @@ def run(setting: str, tuner: str, seed: int, trials: int, board_s: float) -> dic
             raise _AtOptimum
 
     try:
-        tune_network(plan, tasks, tuner, trials, seed=seed,
+        tune_network(plan, tasks, tuner, trials, seed=seed, tuner_options=options,
                      scheduler=make_scheduler("gradient", seed=seed, trials_per_round=ROUND_TRIALS),
                      measure_with=lambda t: (MeteredReplay(caches[t.workload], meter),
                                              CachedRunner(caches[t.workload])),
