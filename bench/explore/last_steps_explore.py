@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     for label in args.layers.split(";" if ";" in args.layers else ","):
         task = make_task(parse_workload(label), board, **s["options"])
         cache = find_cache(task, [CACHE, DEV_CACHE])
-        seconds = {i: cache.lookup(i).seconds for i in range(task.space.size) if cache.lookup(i).valid}
+        records = {i: cache.lookup(i) for i in range(task.space.size)}
+        seconds = {i: r.seconds for i, r in records.items() if r.valid}
         best = min(seconds.values())
         optimum = {i for i, v in seconds.items() if v <= best}
         near = sum(v <= best * (1 + NEAR) for v in seconds.values())

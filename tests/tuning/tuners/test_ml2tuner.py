@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from toolkit.testing.conformance import TunerConformance, with_compiler
@@ -213,8 +215,6 @@ def test_v_pool_bounds_the_rejects_compiled_for_exploration():
 def test_round_order_model_measures_the_same_round_best_first_by_model_a():
     """``round_order="model"``: the round holds the same configs as by default (ModelA's choices and the
     exploration picks among ModelV's rejects, which come last by default), all in ModelA's order."""
-    import copy
-
     tuner = make_tuner("ml2tuner", seed=1, plan_size=8, **FAST)
     _after_rounds(tuner, 4)
     ranked = copy.deepcopy(tuner)
