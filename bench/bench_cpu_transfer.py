@@ -170,6 +170,8 @@ def report() -> str:
     env, runs = res.environment, res.runs
     ref = {(r.workload, r.seed): r for r in runs if r.tuner == "xgb"}
     layers = list(dict.fromkeys(r.workload for r in runs))
+    tuners = list(dict.fromkeys(r.tuner for r in runs))      # as saved: a label names options that differ from today's
+    transfer = next((t for t in tuners if t.endswith("transfer=development-logs")), TRANSFER)
 
     def ratio(tuner: str, layer: str | None = None) -> tuple[float | None, int, int]:
         pairs = [(r, ref[r.workload, r.seed]) for r in runs if r.tuner == tuner and (r.workload, r.seed) in ref
@@ -182,16 +184,16 @@ def report() -> str:
 
     lines = [SECTION, "",
              f"Held-out test-set layers tuned on `local` (this machine's CPU, real TVM builds and measurements), "
-             f"{res.settings['trials']} trials and {res.settings['seeds']} seeds per tuner. `{TRANSFER}` starts from "
+             f"{res.settings['trials']} trials and {res.settings['seeds']} seeds per tuner. `{transfer}` starts from "
              f"a transfer model fitted on `xgb` logs of the development layers (ResNet-18 C2-C11) on the same board, "
-             "as `edgetune tune --transfer LOGS` does; `ml2tuner` starts cold. The figure: trials to reach `xgb`'s "
-             "final best (within 1 %) over `xgb`'s own trials to it, paired by layer and seed, geometric mean; a run "
-             "that never got there counts with its whole budget (a lower bound on its ratio).", "",
+             "as `edgetune tune --transfer LOGS` does; the other `ml2tuner` starts cold. The figure: trials to reach "
+             "`xgb`'s final best (within 1 %) over `xgb`'s own trials to it, paired by layer and seed, geometric "
+             "mean; a run that never got there counts with its whole budget (a lower bound on its ratio).", "",
              f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
              "| tuner | trials to `xgb`'s final best / `xgb`'s (geomean) | runs that never got there | final best / "
              "`xgb`'s (geomean) | tuner s / trial |",
              "|---|---|---|---|---|"]
-    for tuner in TUNERS:
+    for tuner in tuners:
         mine = [r for r in runs if r.tuner == tuner]
         if not mine:
             continue
@@ -200,12 +202,12 @@ def report() -> str:
         best = geomean(r.best() / ref[r.workload, r.seed].best() for r in mine if (r.workload, r.seed) in ref)
         lines.append(f"| `{tuner}` | {_f(value)} | {never} of {n} | {_f(best)} | {per_trial:.3f} |")
     lines += ["", "Per layer (median trials to `xgb`'s final best over seeds; `xgb`: to its own final best):", "",
-              "| layer | " + " | ".join(f"`{t}`" for t in TUNERS) + " | ratio with transfer |",
-              "|---|" + "---|" * (len(TUNERS) + 1)]
+              "| layer | " + " | ".join(f"`{t}`" for t in tuners) + " | ratio with transfer |",
+              "|---|" + "---|" * (len(tuners) + 1)]
     for layer in layers:
-        cells = [f"{med(t, layer, 'trials_to_match'):.0f}" for t in TUNERS]
-        lines.append(f"| {layer} | " + " | ".join(cells) + f" | {_f(ratio(TRANSFER, layer)[0])} |")
-    value, _, _ = ratio(TRANSFER)
+        cells = [f"{med(t, layer, 'trials_to_match'):.0f}" for t in tuners]
+        lines.append(f"| {layer} | " + " | ".join(cells) + f" | {_f(ratio(transfer, layer)[0])} |")
+    value, _, _ = ratio(transfer)
     if value is not None:
         own = sorted(r.trials_to_match for r in runs if r.tuner == "xgb" and r.trials_to_match)
         lines += ["", f"Target (`local`, with transfer, <= 0.3x `xgb`'s trials to its final best): "

@@ -77,13 +77,18 @@ def transfers(label: str) -> bool:
     return parse_label(label)[1].get("transfer") == "pretrained"
 
 
+TRANSFER_ONLY = ("transfer", "prior_check", "prior_pool")
+"""Options that act only with a transfer model: a tuner's cold self is its label without them."""
+
+
 def cold_label(label: str) -> str:
     """The label of the same tuner without transfer (and without options that only act with one).
 
-    >>> cold_label("ml2tuner:prior_check=False:transfer=pretrained")
-    'ml2tuner'
+    >>> cold_label("ml2tuner:prior_check=False:round_order=explore_last:transfer=pretrained")
+    'ml2tuner:round_order=explore_last'
     """
-    return parse_label(label)[0]
+    name, options = parse_label(label)
+    return ":".join([name, *(f"{k}={v}" for k, v in options.items() if k not in TRANSFER_ONLY)])
 
 
 def variants(labels: Sequence[str], preset: str, model: Any = None) -> dict[str, tuple[str, dict[str, Any]]]:

@@ -2,7 +2,8 @@
 
 ``.venv/bin/python -m bench.bench_time_to_tune`` (options: ``--settings``, ``--tuners``, ``--trials``, ``--seeds``,
 ``--report-only``; the exhaustive logs it replays are built first if missing, as ``bench.bench_ml2tuner`` builds them;
-runs already in the results file with the same budget are kept, so an interrupted bench resumes).
+runs already in the results file with the same budget are kept, so an interrupted bench resumes, and so are the runs
+of settings not named).
 
 Each run is ``edgetune tune --model resnet18`` as a user starts it (:func:`toolkit.tuning.network.tune_network`, the
 gradient scheduler, 32 trials per round), with the measurements **replayed** from exhaustive simulator logs. After
@@ -30,7 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from bench.bench_ml2tuner import build_cache, make_task
-from bench.bench_testset import per_trial_board_s
+from bench.bench_testset import parse_label, per_trial_board_s
 from toolkit import console
 from toolkit.backends import network_tasks
 from toolkit.harness import environment, save_checkpoint, write_doc_section
@@ -101,6 +102,12 @@ def run(setting: str, tuner: str, seed: int, trials: int, board_s: float,
         pass
     return {"setting": setting, "tuner": tuner, "seed": seed, "rounds": rounds,
             "tasks": [t.workload.name for t in tasks], "counts": [p.count for p in plan.tasks], "optima": optima}
+
+
+def labelled(setting: str, label: str, seed: int, trials: int, board_s: float) -> dict[str, Any]:
+    """:func:`run` for a tuner label, ``NAME[:KEY=VALUE...]`` (options as ``--option`` takes them), saved under it."""
+    name, options = parse_label(label)
+    return {**run(setting, name, seed, trials, board_s, options or None), "tuner": label}
 
 
 def run_local(tuner: str, trials: int, seed: int = 0,
@@ -255,7 +262,8 @@ def section(saved: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_time_to_tune", description=__doc__.splitlines()[0])
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {SETTINGS}")
-    ap.add_argument("--tuners", default=",".join(TUNERS), help="comma-separated tuner names")
+    ap.add_argument("--tuners", default=",".join(TUNERS),
+                    help="comma-separated tuner labels, NAME[:KEY=VALUE...] (KEY=VALUE: a tuner option)")
     ap.add_argument("--trials", type=int, default=3000, help="the network's budget")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--report-only", action="store_true", help="rewrite the doc section from the saved results")
@@ -286,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     done = {(r["setting"], r["tuner"], r["seed"]): r for r in old.get("runs", [])} \
         if old.get("trials") == args.trials and old.get("board_s") == board_s else {}
-    runs: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = [r for r in done.values() if r["setting"] not in settings]   # other settings kept
     saved = {"command": command, "environment": environment(command), "trials": args.trials, "seeds": args.seeds,
              "board_s": board_s, "board_src": src, "runs": runs,
              **({"local": old["local"]} if old.get("local") else {})}   # the local runs are kept
@@ -296,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(args.seeds):
                 for tuner in tuners:
                     bar.update(tid, status=f"{setting} {tuner} seed {seed}")
-                    runs.append(done.get((setting, tuner, seed)) or run(setting, tuner, seed, args.trials, board_s))
+                    runs.append(done.get((setting, tuner, seed))
+                                or labelled(setting, tuner, seed, args.trials, board_s))
                     save_checkpoint(OUT, saved, default=float, indent=None)   # resumable: finished runs are kept
                     bar.advance(tid)
     write_doc_section(DOC, SECTION, section(saved))

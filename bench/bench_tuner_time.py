@@ -102,8 +102,8 @@ def report() -> str:
              f"imports of XGBoost, scikit-learn and PyTorch's optimizer that a process's first run pays "
              f"({res.settings['imports_s']:.1f} s here, done before the first run).", "",
              f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
-             HEADER, "|---|---|---|---|---|---|---|---|", *rows(res.runs, TUNERS)]
-    over = [("VTA", slow(res.runs, TUNERS))]
+             HEADER, "|---|---|---|---|---|---|---|---|", *rows(res.runs)]
+    over = [("VTA", slow(res.runs))]
     if CPU_RESULT.exists():
         cpu = BenchResult.load(CPU_RESULT)
         lines += ["", "On `local` (live: real TVM builds, the tuner's compiles are TIR lowerings in the builder's two "

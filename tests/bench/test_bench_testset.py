@@ -108,10 +108,16 @@ def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):
     assert (tmp_path / "img" / "testset_test-pynq.png").stat().st_size > 0
 
 
-SAMPLE = [("test-pynq-a.json", "resnet50.L2", "xgb"), ("test-pynq-a.json", "resnet50.L2", "ml2tuner"),
-          ("test-pynq-a.json", "resnet50.L2", "ml2tuner:prior_check=False:transfer=pretrained"),
-          ("test-pynq-check.json", "resnet50.L2", "ml2tuner:transfer=pretrained"),
-          ("test-zcu102-check.json", "resnet50.L2", "ml2tuner:prior_pool=1024:transfer=pretrained")]
+SAMPLE = [("test-pynq-a.json", "resnet50.L2", "xgb"),
+          ("test-pynq-a.json", "resnet50.L2", "ml2tuner:round_order=explore_last"),
+          ("test-pynq-a.json", "resnet50.L2",
+           "ml2tuner:prior_check=False:prior_pool=512:round_order=explore_last:transfer=pretrained"),
+          ("test-pynq-check.json", "resnet50.L2",
+           "ml2tuner:prior_pool=512:round_order=explore_last:transfer=pretrained"),
+          ("test-zcu102-check.json", "resnet50.L2",
+           "ml2tuner:prior_pool=1024:round_order=explore_last:transfer=pretrained"),
+          ("test-zcu102-order.json", "resnet50.L2", "ml2tuner:prior_pool=512:round_order=model:transfer=pretrained"),
+          ("test-zcu102-default-a.json", "resnet50.L2", "ml2tuner:transfer=pretrained")]
 TRIALS = 40
 
 

@@ -213,9 +213,9 @@ def test_v_pool_bounds_the_rejects_compiled_for_exploration():
 
 
 def test_round_order_model_measures_the_same_round_best_first_by_model_a():
-    """``round_order="model"``: the round holds the same configs as by default (ModelA's choices and the
-    exploration picks among ModelV's rejects, which come last by default), all in ModelA's order."""
-    tuner = make_tuner("ml2tuner", seed=1, plan_size=8, **FAST)
+    """``round_order="model"`` (the default): the round holds the same configs as with ``explore_last`` (ModelA's
+    choices and the exploration picks among ModelV's rejects, which come last there), all in ModelA's order."""
+    tuner = make_tuner("ml2tuner", seed=1, plan_size=8, round_order="explore_last", **FAST)
     _after_rounds(tuner, 4)
     ranked = copy.deepcopy(tuner)
     ranked.params["round_order"] = "model"

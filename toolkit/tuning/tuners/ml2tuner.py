@@ -154,9 +154,10 @@ class ML2Tuner(CostModelTuner, TransferLearner):
                             "(exploration)", float, low=0, high=1),
         "v_pool": Option(64, "ModelV's rejects compiled per exploration slot (the explorer's best first; 64: all of "
                          "a round's); ModelA picks among those and the rejects compiled before", int, low=1),
-        "round_order": Option("explore_last", "the order a round is measured in: explore_last (ModelA's choices best "
-                              "first, then the exploration picks among ModelV's rejects) or model (all of them best "
-                              "first by ModelA)", str, ("explore_last", "model")),
+        "round_order": Option("model", "the order a round is measured in: model (all of its configs best first by "
+                              "ModelA, the exploration picks among ModelV's rejects included) or explore_last "
+                              "(ModelA's choices best first, then the exploration picks)", str,
+                              ("model", "explore_last")),
         "v_hidden": Option(True, "after compiling, a second validity model on knob + compile features filters again "
                            "(an edgetune addition; False = the paper's pipeline)", bool),
         "negatives_in_p": Option(True, "compile failures found while reading features enter ModelP as throughput 0",
@@ -172,7 +173,7 @@ class ML2Tuner(CostModelTuner, TransferLearner):
                            "ships for the board, if any) or None (start from nothing): it ranks the first round's "
                            "compiled configs, and ModelA learns this task's correction to its estimate (an edgetune "
                            "addition; docs/tuners.md, section transfer)", object),
-        "prior_pool": Option(512, "with transfer: random configs compiled and ranked by the transfer model for the "
+        "prior_pool": Option(1024, "with transfer: random configs compiled and ranked by the transfer model for the "
                              "first round", int),
         "prior_check": Option(True, "with transfer: ModelA is also fitted without the transferred estimate, and both "
                               "rank each round before it is measured; once the task's own model has ordered the "
