@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import EdgetuneError
 from toolkit.harness import BenchResult, geomean, run_bench, save_checkpoint, write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +172,8 @@ def report() -> str:
     ref = {(r.workload, r.seed): r for r in runs if r.tuner == "xgb"}
     layers = list(dict.fromkeys(r.workload for r in runs))
     tuners = list(dict.fromkeys(r.tuner for r in runs))      # as saved: a label names options that differ from today's
-    transfer = next((t for t in tuners if t.endswith("transfer=development-logs")), TRANSFER)
+    transfer = TRANSFER if TRANSFER in tuners else next(
+        (t for t in tuners if t.endswith("transfer=development-logs")), TRANSFER)   # today's run where there is one
 
     def ratio(tuner: str, layer: str | None = None) -> tuple[float | None, int, int]:
         pairs = [(r, ref[r.workload, r.seed]) for r in runs if r.tuner == tuner and (r.workload, r.seed) in ref
@@ -186,9 +188,10 @@ def report() -> str:
              f"Held-out test-set layers tuned on `local` (this machine's CPU, real TVM builds and measurements), "
              f"{res.settings['trials']} trials and {res.settings['seeds']} seeds per tuner. `{transfer}` starts from "
              f"a transfer model fitted on `xgb` logs of the development layers (ResNet-18 C2-C11) on the same board, "
-             "as `edgetune tune --transfer LOGS` does; the other `ml2tuner` starts cold. The figure: trials to reach "
-             "`xgb`'s final best (within 1 %) over `xgb`'s own trials to it, paired by layer and seed, geometric "
-             "mean; a run that never got there counts with its whole budget (a lower bound on its ratio).", "",
+             "as `edgetune tune --transfer LOGS` does (so do the other labels with `transfer=development-logs`); "
+             "those without start cold. A label names the options that differ from today's defaults. The figure: "
+             "trials to reach `xgb`'s final best (within 1 %) over `xgb`'s own trials to it, paired by layer and "
+             "seed, geometric mean; a run that never got there counts with its whole budget (a lower bound on its ratio).", "",
              f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
              "| tuner | trials to `xgb`'s final best / `xgb`'s (geomean) | runs that never got there | final best / "
              "`xgb`'s (geomean) | tuner s / trial |",
@@ -234,6 +237,13 @@ def main(argv: list[str] | None = None) -> None:
                     "emulated Raspberry Pi 4 and on local, ranked by the model (needs root and the emulated image)")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        _main(args)
+    except EdgetuneError as e:      # e.g. logs recorded for another CPU: one line that says what to do
+        raise SystemExit(f"error: {e}") from None
+
+
+def _main(args: argparse.Namespace) -> None:
     if args.emulated:
         ranking(re.split(r";|,(?=[a-z])", args.layers), args.emulated)
     elif not args.report_only:

@@ -98,6 +98,22 @@ def test_live_bench_measures_on_the_simulator(bench_out):
     (wl,) = live["workloads"].values()
     assert wl["optimum"] == next(iter(first["workloads"].values()))["optimum"]  # from the exhaustive log
     assert run["best_seconds"] is None or run["best_seconds"] >= wl["optimum"]
+    assert live["settings"]["target"]                                # the target its live runs measured
+
+
+def test_live_bench_resumes_only_runs_measured_for_the_same_target(bench_out, tmp_path):
+    d, _ = bench_out
+    out = tmp_path / "live.json"
+    args = ["bench", "-w", SMALL, "-t", "random", "-n", "5", "--reference", "random", "--no-replay",
+            "--out", str(out), "--cache-dir", str(d / "cache")]
+    assert CliRunner().invoke(app, [*args, "-s", "1"]).exit_code == 0
+    saved = json.loads(out.read_text())
+    for target in ({"kind": "llvm", "mcpu": "znver3"}, None):       # another CPU's runs; runs of no recorded target
+        saved["settings"]["target"] = target
+        out.write_text(json.dumps(saved))
+        res = CliRunner().invoke(app, [*args, "-s", "2", "--resume"])
+        assert res.exit_code == 2 and "cannot resume" in res.output and "target" in res.output, res.output
+        assert json.loads(out.read_text()) == saved                  # nothing recorded is lost
 
 
 def test_bench_refuses_to_overwrite_and_resumes_only_the_missing_runs(bench_out, tmp_path):

@@ -89,6 +89,7 @@ def run_bench(board: Board, workloads: Sequence[Conv2dWorkload], tuners: Sequenc
         "board": board.name, "vta_config": hw, "tuners": tuners, "reference": reference, "trials": trials,
         "seeds": seeds, "replay": replay, "template_options": template_options,
         "match_tolerance": MATCH_TOLERANCE, **({"stop_at_optimum": True} if stop_at_optimum else {}),
+        **({} if replay else {"target": board.profile.target}),   # live runs measure this machine's CPU or GPU
         **({"variants": {k: {"tuner": n, "options": {o: _describe(v) for o, v in opts.items()}}
                          for k, (n, opts) in variants.items()}} if variants else {})}, {})
     total = len(workloads) * seeds * len(tuners)
@@ -188,6 +189,8 @@ RESUME_KEYS = ("board", "vta_config", "trials", "replay", "template_options", "s
 def _reusable_runs(previous: BenchResult, settings: dict[str, Any]) -> dict[tuple[str, str, int], BenchRun]:
     """The runs of ``previous`` by (workload, tuner, seed); :class:`ConfigError` if its settings differ."""
     differ = [k for k in RESUME_KEYS if previous.settings.get(k) != settings.get(k)]
+    if not settings.get("replay") and previous.settings.get("target") != settings.get("target"):
+        differ.append("target")   # another CPU's (or an unrecorded one's) live measurements are not this one's
     if differ:
         what = ", ".join(f"{k} {previous.settings.get(k)!r} vs {settings.get(k)!r}" for k in differ)
         raise ConfigError(f"cannot resume a bench with other settings ({what}); choose another --json")
