@@ -191,7 +191,8 @@ def report() -> str:
              "as `edgetune tune --transfer LOGS` does (so do the other labels with `transfer=development-logs`); "
              "those without start cold. A label names the options that differ from today's defaults. The figure: "
              "trials to reach `xgb`'s final best (within 1 %) over `xgb`'s own trials to it, paired by layer and "
-             "seed, geometric mean; a run that never got there counts with its whole budget (a lower bound on its ratio).", "",
+             "seed, geometric mean; a run that never got there counts with its whole budget (a lower bound on its "
+             "ratio).", "",
              f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
              "| tuner | trials to `xgb`'s final best / `xgb`'s (geomean) | runs that never got there | final best / "
              "`xgb`'s (geomean) | tuner s / trial |",

@@ -183,14 +183,13 @@ def _describe(value: Any) -> Any:
     """A tuner option as the bench JSON records it (an object by its class name)."""
     return value if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
 
-RESUME_KEYS = ("board", "vta_config", "trials", "replay", "template_options", "stop_at_optimum")
-"""Settings two benches must share for one to resume the other's runs."""
+RESUME_KEYS = ("board", "vta_config", "trials", "replay", "template_options", "stop_at_optimum", "target")
+"""Settings two benches must share for one to resume the other's runs (``target``: recorded by live benches only,
+so another CPU's, or an unrecorded one's, live measurements are not taken for this one's)."""
 
 def _reusable_runs(previous: BenchResult, settings: dict[str, Any]) -> dict[tuple[str, str, int], BenchRun]:
     """The runs of ``previous`` by (workload, tuner, seed); :class:`ConfigError` if its settings differ."""
     differ = [k for k in RESUME_KEYS if previous.settings.get(k) != settings.get(k)]
-    if not settings.get("replay") and previous.settings.get("target") != settings.get("target"):
-        differ.append("target")   # another CPU's (or an unrecorded one's) live measurements are not this one's
     if differ:
         what = ", ".join(f"{k} {previous.settings.get(k)!r} vs {settings.get(k)!r}" for k in differ)
         raise ConfigError(f"cannot resume a bench with other settings ({what}); choose another --json")
