@@ -2,16 +2,18 @@
 
 ``.venv/bin/python -m bench.bench_cpu_transfer`` first tunes each development layer (ResNet-18 C2-C11) on
 ``local`` with ``xgb`` (``--train-trials`` each, real builds and measurements) into
-``bench/out/cpu-transfer/logs/`` (resumable; a user's own earlier logs of the same board are what
+``bench/out/cpu-transfer/<cpu>/logs/`` (resumable; a user's own earlier logs of the same board are what
 ``--transfer`` takes), fits a transfer model on those logs, then runs ``xgb``, cold ``ml2tuner`` and
 ``ml2tuner`` with that model on held-out test-set layers (``--layers``), ``--trials`` trials and ``--seeds``
-seeds each, live on this machine. Runs are saved after each one in ``bench/out/cpu-transfer/test-local.json``
-and a rerun resumes; ``--report-only`` rewrites the docs section from the saved runs.
+seeds each, live on this machine. Runs are saved after each one in ``bench/out/cpu-transfer/<cpu>/test-local.json``
+and a rerun resumes; ``--report-only`` rewrites the docs section from the newest saved runs of any CPU. ``<cpu>`` is
+the ``mcpu`` of ``local``'s target (e.g. ``znver4``): records measured on one CPU say nothing about another's
+times, so each CPU keeps its own logs and runs.
 
 ``--emulated N`` measures instead how the same model ranks configs on another CPU: ``N`` random configs of each
 layer are measured on an emulated Raspberry Pi 4 (Debian arm64 under qemu-user, provisioned over SSH as a user
 does it; timings are emulated) and, as the baseline, ``N`` random configs on ``local``; the figure is the Spearman
-correlation of the model's estimates with the measured times (``bench/out/cpu-transfer/emulated.json``).
+correlation of the model's estimates with the measured times (``bench/out/cpu-transfer/<cpu>/emulated.json``).
 
 The figure is the issue's: trials to reach ``xgb``'s final best (within 1 %, the harness's match) over
 ``xgb``'s own trials to it, paired by layer and seed (geometric mean; a run that never matched counts with its
@@ -33,9 +35,8 @@ from toolkit.harness import BenchResult, geomean, run_bench, save_checkpoint, wr
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "cpu-transfer"
-LOGS = OUT / "logs"
-RESULT = OUT / "test-local.json"
-RANKING = OUT / "emulated.json"
+RESULT = "test-local.json"
+RANKING = "emulated.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Transfer on a CPU board (`local`)"
 LAYERS = "mobilenet_v1.L9,resnet50.L13,yolov3_tiny.L5,conv2d:H=14,W=14,CI=320,CO=160,K=1,S=1,P=0"
@@ -43,20 +44,34 @@ TRANSFER = "ml2tuner:transfer=development-logs"
 TUNERS = ("xgb", "ml2tuner", TRANSFER)
 
 
+def cpu_dir() -> Path:
+    """This machine's folder under :data:`OUT`, named for the ``mcpu`` of ``local``'s target."""
+    from toolkit.backends import board_for
+
+    return OUT / str(board_for("local").profile.target.get("mcpu") or "generic")
+
+
+def newest(name: str) -> Path | None:
+    """The most recently measured ``name`` (:data:`RESULT` or :data:`RANKING`) of any CPU, None before any."""
+    found = [(json.loads(p.read_text())["environment"]["date"], p) for p in OUT.glob(f"*/{name}")]
+    return max(found)[1] if found else None
+
+
 def train_logs(trials: int, progress: Any) -> Path:
-    """Tune every development layer on ``local`` with ``xgb`` into :data:`LOGS` (resuming what is there)."""
+    """Tune every development layer on ``local`` with ``xgb`` into this CPU's ``logs/`` (resuming what is there)."""
     from toolkit.backends import board_for, make_task
     from toolkit.tuning.session import tune
     from toolkit.tuning.tuners.base import make_tuner
     from toolkit.workloads.splits import development_set
 
     board = board_for("local")
-    LOGS.mkdir(parents=True, exist_ok=True)
+    logs = cpu_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     for i, wl in enumerate(development_set()):
-        log = LOGS / f"{wl.label}.jsonl"
+        log = logs / f"{wl.label}.jsonl"
         progress(f"development logs: {wl.label}", i)
         tune(make_task(wl, board), make_tuner("xgb", seed=0), trials, log=log, resume=log.exists())
-    return LOGS
+    return logs
 
 
 def run(layers: list[str], trials: int, seeds: int, train_trials: int) -> None:
@@ -66,18 +81,19 @@ def run(layers: list[str], trials: int, seeds: int, train_trials: int) -> None:
     from toolkit.workloads import parse_workload
 
     command = "python -m bench.bench_cpu_transfer " + " ".join(sys.argv[1:])
-    previous = BenchResult.load(RESULT) if RESULT.exists() else None
+    result = cpu_dir() / RESULT
+    previous = BenchResult.load(result) if result.exists() else None
     with console.progress() as bar:
         tid = bar.add_task("development logs", total=10, status="")
-        train_logs(train_trials, lambda what, done: bar.update(tid, completed=done, status=what))
+        logs = train_logs(train_trials, lambda what, done: bar.update(tid, completed=done, status=what))
         bar.update(tid, completed=10)
-        model = transfer_model_from(LOGS)
+        model = transfer_model_from(logs)
         variants = {"ml2tuner": ("ml2tuner", {"transfer": None}), TRANSFER: ("ml2tuner", {"transfer": model})}
         tid = bar.add_task("test layers on local", total=len(layers) * seeds * len(TUNERS), status="")
         run_bench(board_for("local"), [parse_workload(x) for x in layers], list(TUNERS), trials, seeds,
                   reference="xgb", replay=False, command=command, previous=previous, variants=variants,
                   progress=lambda what, done, total: bar.update(tid, completed=done, status=what),
-                  checkpoint=lambda r: save_checkpoint(RESULT, r.to_json(), indent=None))
+                  checkpoint=lambda r: save_checkpoint(result, r.to_json(), indent=None))
 
 
 def ranking(layers: list[str], n: int) -> None:
@@ -89,9 +105,9 @@ def ranking(layers: list[str], n: int) -> None:
 
     if emu.skip_reason():
         raise SystemExit(f"emulated boards are unavailable here: {emu.skip_reason()}")
-    model = transfer_model_from(LOGS)
+    model = transfer_model_from(cpu_dir() / "logs")
     image = emu.build_image(say=lambda m: print(m, file=sys.stderr, flush=True))
-    logs = OUT / "emulated"
+    logs = cpu_dir() / "emulated"
     logs.mkdir(parents=True, exist_ok=True)
     with emu.provisioned(image, "pi", "rpi4") as cli:
         for layer in layers:
@@ -100,7 +116,7 @@ def ranking(layers: list[str], n: int) -> None:
                 print(f"{n} random configs of {layer} on {name} ...", file=sys.stderr, flush=True)
                 cli("tune", "--board", name, "-w", layer, "--tuner", "random", "--trials", n, "--seed", 0,
                     "--log", log, *(["--resume"] if log.exists() else []))
-    save_checkpoint(RANKING, {"environment": environment("python -m bench.bench_cpu_transfer "
+    save_checkpoint(cpu_dir() / RANKING, {"environment": environment("python -m bench.bench_cpu_transfer "
                                                          + " ".join(sys.argv[1:])),
                               "configs_per_layer": n, "layers": ranking_rows(layers, model, logs)})
 
@@ -138,10 +154,11 @@ def ranking_rows(layers: list[str], model: Any, logs: Path) -> list[dict[str, An
 
 def ranking_report() -> list[str]:
     """The docs lines of the emulated-ranking measurement (none before it ran)."""
-    if not RANKING.exists():
+    path = newest(RANKING)
+    if path is None:
         return ["", "How the model ranks configs on another CPU (the emulated aarch64 board) is not measured yet: "
                     "`python -m bench.bench_cpu_transfer --emulated 32`."]
-    data = json.loads(RANKING.read_text())
+    data = json.loads(path.read_text())
     env = data["environment"]
     lines = ["", "**Another CPU.** The same model (fitted on `local` records only) ranking random configs measured on "
              "an emulated Raspberry Pi 4 (Debian arm64 under qemu-user on this machine: the times are emulated, "
@@ -152,7 +169,8 @@ def ranking_report() -> list[str]:
              "fastest's. The control, *own board*: a model fitted the same way on the same board's records of the "
              "other layers. "
              f"{data['configs_per_layer']} random configs per layer and board (valid ones in brackets).", "",
-             f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
+             f"Command: `{env['command']}`. Machine: {env['machine']} (`local`'s target CPU: "
+             f"`{path.parent.name}`); {env['date']}.", "",
              "| layer | Spearman: `local` model on emulated aarch64 | own board (emulated) | `local` model on "
              "`local` | own board (`local`) | top 5: emulated aarch64 | top 5: `local` | spread: emulated aarch64 | "
              "spread: `local` |", "|---|---|---|---|---|---|---|---|---|"]
@@ -167,19 +185,18 @@ def ranking_report() -> list[str]:
 
 def report() -> str:
     """The docs section from the saved runs."""
-    res = BenchResult.load(RESULT)
+    path = newest(RESULT)
+    if path is None:
+        raise SystemExit("no saved runs to report: run the benchmark first (python -m bench.bench_cpu_transfer)")
+    res = BenchResult.load(path)
     env, runs = res.environment, res.runs
     ref = {(r.workload, r.seed): r for r in runs if r.tuner == "xgb"}
     layers = list(dict.fromkeys(r.workload for r in runs))
     tuners = list(dict.fromkeys(r.tuner for r in runs))      # as saved: a label names options that differ from today's
-    transfer = TRANSFER if TRANSFER in tuners else next(
-        (t for t in tuners if t.endswith("transfer=development-logs")), TRANSFER)   # today's run where there is one
+    transfer = _transfer_label(tuners)
 
     def ratio(tuner: str, layer: str | None = None) -> tuple[float | None, int, int]:
-        pairs = [(r, ref[r.workload, r.seed]) for r in runs if r.tuner == tuner and (r.workload, r.seed) in ref
-                 and (layer is None or r.workload == layer) and ref[r.workload, r.seed].trials_to_match]
-        return (geomean((r.trials_to_match or r.trials) / p.trials_to_match for r, p in pairs),
-                sum(1 for r, _ in pairs if r.trials_to_match is None), len(pairs))
+        return _ratio(runs, tuner, layer)
 
     def med(tuner: str, layer: str, key: str) -> float:
         return statistics.median(getattr(r, key) or r.trials for r in runs if r.tuner == tuner and r.workload == layer)
@@ -193,7 +210,8 @@ def report() -> str:
              "trials to reach `xgb`'s final best (within 1 %) over `xgb`'s own trials to it, paired by layer and "
              "seed, geometric mean; a run that never got there counts with its whole budget (a lower bound on its "
              "ratio).", "",
-             f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
+             f"Command: `{env['command']}`. Machine: {env['machine']} (`local`'s target CPU: "
+             f"`{path.parent.name}`); {env['date']}.", "",
              "| tuner | trials to `xgb`'s final best / `xgb`'s (geomean) | runs that never got there | final best / "
              "`xgb`'s (geomean) | tuner s / trial |",
              "|---|---|---|---|---|"]
@@ -219,8 +237,42 @@ def report() -> str:
                       "`xgb`'s final best, is a live measurement on a shared machine, and `xgb` reaches it after "
                       f"{own[0]} to {own[-1]} trials in these runs; two runs of this benchmark with the same tuners' "
                       "choices can differ by a factor of two or more."]
+    lines += _other_cpus(path)
     lines += ranking_report()
     return "\n".join(lines) + "\n"
+
+
+def _transfer_label(tuners: list[str]) -> str:
+    """Today's transfer label where it ran, else the saved label of an older run with transfer."""
+    return TRANSFER if TRANSFER in tuners else next(
+        (t for t in tuners if t.endswith("transfer=development-logs")), TRANSFER)
+
+
+def _ratio(runs: list[Any], tuner: str, layer: str | None = None) -> tuple[float | None, int, int]:
+    """``tuner``'s trials to ``xgb``'s final best over ``xgb``'s, paired by layer and seed (geometric mean), with
+    the pairs it never got there and the pairs in all."""
+    ref = {(r.workload, r.seed): r for r in runs if r.tuner == "xgb"}
+    pairs = [(r, ref[r.workload, r.seed]) for r in runs if r.tuner == tuner and (r.workload, r.seed) in ref
+             and (layer is None or r.workload == layer) and ref[r.workload, r.seed].trials_to_match]
+    return (geomean((r.trials_to_match or r.trials) / p.trials_to_match for r, p in pairs),
+            sum(1 for r, _ in pairs if r.trials_to_match is None), len(pairs))
+
+
+def _other_cpus(shown: Path) -> list[str]:
+    """One line per other CPU's saved runs: the same figures, measured there with that CPU's own logs."""
+    lines = []
+    for path in sorted(OUT.glob(f"*/{RESULT}")):
+        if path == shown:
+            continue
+        res = BenchResult.load(path)
+        tuners = list(dict.fromkeys(r.tuner for r in res.runs))
+        cold = next((t for t in tuners if t.startswith("ml2tuner") and "transfer" not in t), None)
+        figures = [(t, _ratio(res.runs, t)) for t in (_transfer_label(tuners), cold) if t in tuners]
+        lines.append(f"- `{path.parent.name}` ({res.environment['date']}, {res.settings['seeds']} seeds, "
+                     f"`bench/out/cpu-transfer/{path.parent.name}/{RESULT}`): " + "; ".join(
+                         f"`{t}` {_f(v)}x ({never} of {n} never got there)" for t, (v, never, n) in figures))
+    return ["", "The same benchmark on other CPUs (each with development logs tuned on that CPU):", "", *lines] \
+        if lines else []
 
 
 def _f(value: float | None) -> str:

@@ -21,8 +21,6 @@ from toolkit.harness import BenchResult, run_bench, save_checkpoint, write_doc_s
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "out" / "tuner-time.json"
-CPU_RESULT = ROOT / "bench" / "out" / "cpu-transfer" / "test-local.json"
-"""bench_cpu_transfer's live runs on ``local``, reported here beside the replayed ones."""
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Tuner time per trial (quiet machine)"
 LAYERS = "pynq/mobilenet_v1.L5,pynq/yolov3_tiny.L4,pynq/resnet50.L2,zcu102/resnet50.L2,zcu102/resnet50.L6"
@@ -104,8 +102,11 @@ def report() -> str:
              f"Command: `{env['command']}`. Machine: {env['machine']}; {env['date']}.", "",
              HEADER, "|---|---|---|---|---|---|---|---|", *rows(res.runs)]
     over = [("VTA", slow(res.runs))]
-    if CPU_RESULT.exists():
-        cpu = BenchResult.load(CPU_RESULT)
+    from bench.bench_cpu_transfer import RESULT as CPU_RESULT, newest
+
+    cpu_result = newest(CPU_RESULT)         # bench_cpu_transfer's live runs on ``local``, beside the replayed ones
+    if cpu_result is not None:
+        cpu = BenchResult.load(cpu_result)
         lines += ["", "On `local` (live: real TVM builds, the tuner's compiles are TIR lowerings in the builder's two "
                       "worker processes), from the runs of \"Transfer on a CPU board\" above "
                       f"(`{cpu.environment['command']}`, {cpu.environment['date']}; "

@@ -3,6 +3,7 @@ mean over seeds, and the parts from the tuners' stats; `ml2tuner:transfer=pretra
 
 from __future__ import annotations
 
+import bench.bench_cpu_transfer as ct
 import bench.bench_tuner_time as tt
 from toolkit.harness import BenchResult, BenchRun, save_checkpoint
 
@@ -19,7 +20,7 @@ def test_the_report_averages_over_trials_and_names_the_worst_layer(tmp_path, mon
                 _run("zcu102/b", "ml2tuner", 0, 50, 4.0, 0.5), _run("zcu102/b", "ml2tuner", 1, 50, 4.0, 0.5),
                 _run("pynq/a", "ml2tuner:transfer=pretrained", 0, 10, 1.0, 0.0)]
     monkeypatch.setattr(tt, "RESULT", tmp_path / "tt.json")
-    monkeypatch.setattr(tt, "CPU_RESULT", tmp_path / "no-local-runs.json")
+    monkeypatch.setattr(ct, "OUT", tmp_path / "no-local-runs")
     save_checkpoint(tt.RESULT, res.to_json())
     text = tt.report()
     row = next(line for line in text.splitlines() if line.startswith("| `ml2tuner` |"))
