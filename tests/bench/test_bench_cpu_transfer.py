@@ -3,6 +3,8 @@ another's times); the docs section reports the newest runs of any CPU and names 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import bench.bench_cpu_transfer as ct
@@ -33,3 +35,16 @@ def test_the_report_without_runs_says_what_to_run(tmp_path, monkeypatch):
     monkeypatch.setattr(ct, "OUT", tmp_path)
     with pytest.raises(SystemExit, match="run the benchmark first"):
         ct.report()
+
+
+def test_the_report_shows_how_far_one_measurement_moves(tmp_path, monkeypatch):
+    monkeypatch.setattr(ct, "OUT", tmp_path)
+    _save(tmp_path / "znver4", "2026-12-06 03:00 UTC", 100, 20)
+    configs = [{"layer": "w", "seed": 0, "recorded_s": 1.0, "remeasured_s": [1.0, 1.2, 1.1]},
+               {"layer": "w", "seed": 1, "recorded_s": 2.0, "remeasured_s": [2.0, 2.0, 3.0]}]
+    (tmp_path / "znver4" / ct.NOISE).write_text(json.dumps({"environment": {"command": "c", "machine": "vm",
+                                                                            "date": "d"},
+                                                            "repeats": 3, "configs": configs}))
+    text = ct.report()
+    # spreads 1.2 and 1.5 (median 1.35); median re-measurement over recorded: 1.1 and 1.0
+    assert "| w | 2 | 1.35x, 1.50x | 1.00 to 1.10 |" in text
