@@ -109,9 +109,10 @@ def noise(repeats: int) -> None:
     from toolkit.tuning.session import measure_indices
     from toolkit.workloads import parse_workload
 
-    path = cpu_dir() / RESULT
+    folder = cpu_dir()
+    path = folder / RESULT
     if not path.exists():
-        raise SystemExit(f"no runs of this CPU ({path.parent.name}) to re-measure: run the benchmark first")
+        raise SystemExit(f"no runs of this CPU ({folder.name}) to re-measure: run the benchmark first")
     res, board, rows = BenchResult.load(path), board_for("local"), []
     for layer in dict.fromkeys(r.workload for r in res.runs):
         task = make_task(parse_workload(layer), board)
@@ -124,9 +125,8 @@ def noise(repeats: int) -> None:
                 row.append(result.seconds)
         rows += [{"layer": layer, "seed": r.seed, "recorded_s": r.best_seconds, "remeasured_s": t}
                  for r, t in zip(runs, times)]
-    save_checkpoint(cpu_dir() / NOISE, {"environment": environment("python -m bench.bench_cpu_transfer "
-                                                                   + " ".join(sys.argv[1:])),
-                                        "repeats": repeats, "configs": rows})
+    command = "python -m bench.bench_cpu_transfer " + " ".join(sys.argv[1:])
+    save_checkpoint(folder / NOISE, {"environment": environment(command), "repeats": repeats, "configs": rows})
 
 
 def noise_report(folder: Path) -> list[str]:
@@ -160,9 +160,10 @@ def ranking(layers: list[str], n: int) -> None:
 
     if emu.skip_reason():
         raise SystemExit(f"emulated boards are unavailable here: {emu.skip_reason()}")
-    model = transfer_model_from(cpu_dir() / "logs")
+    folder = cpu_dir()
+    model = transfer_model_from(folder / "logs")
     image = emu.build_image(say=lambda m: print(m, file=sys.stderr, flush=True))
-    logs = cpu_dir() / "emulated"
+    logs = folder / "emulated"
     logs.mkdir(parents=True, exist_ok=True)
     with emu.provisioned(image, "pi", "rpi4") as cli:
         for layer in layers:
@@ -171,9 +172,9 @@ def ranking(layers: list[str], n: int) -> None:
                 print(f"{n} random configs of {layer} on {name} ...", file=sys.stderr, flush=True)
                 cli("tune", "--board", name, "-w", layer, "--tuner", "random", "--trials", n, "--seed", 0,
                     "--log", log, *(["--resume"] if log.exists() else []))
-    save_checkpoint(cpu_dir() / RANKING, {"environment": environment("python -m bench.bench_cpu_transfer "
-                                                         + " ".join(sys.argv[1:])),
-                              "configs_per_layer": n, "layers": ranking_rows(layers, model, logs)})
+    command = "python -m bench.bench_cpu_transfer " + " ".join(sys.argv[1:])
+    save_checkpoint(folder / RANKING, {"environment": environment(command), "configs_per_layer": n,
+                                       "layers": ranking_rows(layers, model, logs)})
 
 
 def ranking_rows(layers: list[str], model: Any, logs: Path) -> list[dict[str, Any]]:
@@ -250,9 +251,6 @@ def report() -> str:
     tuners = list(dict.fromkeys(r.tuner for r in runs))      # as saved: a label names options that differ from today's
     transfer = _transfer_label(tuners)
 
-    def ratio(tuner: str, layer: str | None = None) -> tuple[float | None, int, int]:
-        return _ratio(runs, tuner, layer)
-
     def med(tuner: str, layer: str, key: str) -> float:
         return statistics.median(getattr(r, key) or r.trials for r in runs if r.tuner == tuner and r.workload == layer)
 
@@ -274,7 +272,7 @@ def report() -> str:
         mine = [r for r in runs if r.tuner == tuner]
         if not mine:
             continue
-        value, never, n = ratio(tuner)
+        value, never, n = _ratio(runs, tuner)
         per_trial = sum(r.tuner_s for r in mine) / max(1, sum(r.trials for r in mine))
         best = geomean(r.best() / ref[r.workload, r.seed].best() for r in mine if (r.workload, r.seed) in ref)
         lines.append(f"| `{tuner}` | {_f(value)} | {never} of {n} | {_f(best)} | {per_trial:.3f} |")
@@ -283,8 +281,8 @@ def report() -> str:
               "|---|" + "---|" * (len(tuners) + 1)]
     for layer in layers:
         cells = [f"{med(t, layer, 'trials_to_match'):.0f}" for t in tuners]
-        lines.append(f"| {layer} | " + " | ".join(cells) + f" | {_f(ratio(transfer, layer)[0])} |")
-    value, _, _ = ratio(transfer)
+        lines.append(f"| {layer} | " + " | ".join(cells) + f" | {_f(_ratio(runs, transfer, layer)[0])} |")
+    value, _, _ = _ratio(runs, transfer)
     if value is not None:
         own = sorted(r.trials_to_match for r in runs if r.tuner == "xgb" and r.trials_to_match)
         lines += ["", f"Target (`local`, with transfer, <= 0.3x `xgb`'s trials to its final best): "
