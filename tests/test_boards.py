@@ -42,7 +42,7 @@ def test_profile_yields_a_valid_tvm_target(name):
         assert p.cross_compiler == "aarch64-linux-gnu-g++"
     if p.arch == "armv7l":
         assert p.cross_compiler == "arm-linux-gnueabihf-g++"
-        assert p.runtime["method"] == "build-on-board"
+        assert p.runtime["method"] == "bundle" and p.runtime["bundle"] == "armv7"
 
 
 def test_local_profile_names_the_cpu():

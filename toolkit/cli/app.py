@@ -134,6 +134,7 @@ _COMMANDS = [
     "tracker",
     "cluster",
     "bitstream",
+    "runtime",
     "workloads",
     "tune",
     "vta",

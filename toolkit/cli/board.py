@@ -189,6 +189,8 @@ def provision(
         console.warn(f"the agent on {name} binds all interfaces: anyone who can reach the board can load "
                      "code and bitstreams through it (TVM RPC has no authentication); prefer the default "
                      "(loopback, reached through an SSH tunnel)")
+    if not dry_run:
+        prov.preflight(entry, python, runtime_path)
     address = tracker_address(tracker) if (tracker or not dry_run) else _dry_tracker()
     opts = prov.ProvisionOptions(tracker=address, remote_dir=remote_dir, python=python,
                                  system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose,

@@ -8,7 +8,8 @@ Run on a board (``edgetune board provision`` starts it)::
 Functions a client reaches with ``remote.get_function(NAME)`` (:data:`FUNCTIONS`; docs/security.md says
 what else TVM's RPC server offers every client):
 
-- ``edgetune.health() -> str``: JSON ``{"ok", "name", "key", "executor", "pid"}``.
+- ``edgetune.health() -> str``: JSON ``{"ok", "name", "key", "executor", "pid"}`` (and ``"bitstream"``, the
+  file name of the bitstream it was started with).
 - ``edgetune.board_info() -> str``: JSON with architecture, cores, memory, Python and TVM versions.
 - ``edgetune.vta.run(program, inputs, repeat) -> bytes``: run a VTA program (``Program.to_bytes()``)
   with inputs (an ``.npz``) ``repeat`` times; returns an ``.npz`` of outputs plus ``__seconds__``
@@ -57,8 +58,10 @@ def _executor() -> Any:
 
 def health() -> str:
     """Liveness: who answers and with which executor."""
+    bitstream = _SETTINGS.get("bitstream_name")
     return json.dumps({"ok": True, "name": _SETTINGS.get("name"), "key": _SETTINGS.get("key"),
-                       "executor": _SETTINGS.get("executor"), "pid": os.getpid(), "time": time.time()})
+                       "executor": _SETTINGS.get("executor"), "pid": os.getpid(), "time": time.time(),
+                       **({"bitstream": bitstream} if bitstream else {})})
 
 
 def board_info() -> str:
@@ -243,14 +246,15 @@ def serve(args: argparse.Namespace) -> None:
     from tvm.rpc import server as rpc_server
 
     _SETTINGS.update(name=args.name, key=args.key, executor=args.executor, bitstream=args.bitstream,
+                     bitstream_name=Path(args.bitstream).name if args.bitstream else None,
                      vta_config=args.vta_config, workdir=os.getcwd())
     register_functions()
     if args.executor in ("fsim", "fpga"):
         import toolkit.rpc.vta_driver  # noqa: F401 - imported once here, inherited by every forked session
         import toolkit.vta.program  # noqa: F401
         import toolkit.vta.sim  # noqa: F401
-    if args.executor == "fpga" and args.bitstream:
-        _executor()  # loads the bitstream once, at start
+    if args.executor in ("fpga", "fsim") and args.bitstream:
+        _executor()  # loads (fsim: checks) the bitstream once, at start
         _EXECUTOR.clear()  # each forked session reopens the MMIO mapping ...
         _SETTINGS["bitstream"] = None  # ... without reloading the bitstream
     sock = _bind(args.host, args.port)
@@ -287,7 +291,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="bind port (0: any free port)")
     p.add_argument("--report-host", default=None, help="address the tracker hands to clients")
     p.add_argument("--report-port", type=int, default=0, help="port the tracker hands to clients")
-    p.add_argument("--bitstream", default=None, help="bitstream to load at start (fpga)")
+    p.add_argument("--bitstream", default=None, help="bitstream to load at start (fpga; fsim checks it is there)")
     p.add_argument("--vta-config", default=None, help="VTA hardware config name or JSON (fsim/fpga)")
     p.add_argument("--pid-file", default=None)
     p.add_argument("--state-file", default=None)

@@ -28,7 +28,8 @@ def agent_paths(name: str, remote_dir: str = DEFAULT_REMOTE_DIR) -> dict[str, st
     agent_dir = f"{r}/agents/{name}"
     return {"root": r, "code": f"{r}/agent", "venv": f"{r}/venv", "agent_dir": agent_dir,
             "pid": f"{agent_dir}/agent.pid", "log": f"{agent_dir}/agent.log", "state": f"{agent_dir}/agent.json",
-            "args": f"{agent_dir}/agent.args", "bits": f"{r}/bitstreams", "tvm": f"{r}/tvm"}
+            "args": f"{agent_dir}/agent.args", "bits": f"{r}/bitstreams", "tvm": f"{r}/tvm",
+            "runtime": f"{r}/runtime"}
 
 
 AGENT_MODULE = "toolkit.rpc.agent"

@@ -87,8 +87,8 @@ def assess(entry: BoardEntry, facts: dict[str, str]) -> list[Finding]:
                        "python3-venv`)"))
     tvm = facts.get("tvm", "")
     runtime_fix = (f"run `edgetune board provision {name}`" +
-                   (" (builds the TVM runtime on the board, or pass --runtime-path)"
-                    if p.runtime.get("method") == "build-on-board" else ""))
+                   (f" (uploads the runtime `edgetune runtime build --arch {p.runtime.get('bundle', 'armv7')}` "
+                    "cross-builds here)" if p.runtime.get("method") == "bundle" else ""))
     out.append(Finding("tvm runtime", tvm or "missing", bool(tvm), runtime_fix))
     out.append(Finding("numpy", facts.get("numpy") or "missing", bool(facts.get("numpy")),
                        f"run `edgetune board provision {name}` (installs numpy into the agent's venv)"))

@@ -6,8 +6,9 @@ The plan (from the board's profile and :class:`ProvisionOptions`):
 2. upload the agent (the subset of edgetune's ``toolkit`` package it imports);
 3. a Python environment: a virtualenv (``--system-site-packages`` reuses the board's packages), or an
    existing interpreter given with ``--python`` that already has the TVM runtime;
-4. the TVM runtime: the profile's wheel (aarch64/x86_64), built on the board as TVM's VTA guide does
-   (armv7 Pynq), or uploaded from ``--runtime-path``;
+4. the TVM runtime: the profile's wheel (aarch64/x86_64), the runtime bundle cross-built on this machine
+   (armv7 Pynq: :mod:`toolkit.rpc.runtime_bundle`; the board needs no compiler), or uploaded from
+   ``--runtime-path``; boards that say how much memory their agent needs are checked for it first;
 5. FPGA boards: upload the bitstream matching the profile's VTA config (refused on a mismatch);
 6. start the agent detached (own process group, pid file, log) registered with the tracker under
    the board's RPC key;
@@ -45,8 +46,8 @@ from toolkit.rpc.state import write_state
 
 DEFAULT_RUNTIME = "apache-tvm==0.27.0.post1"
 RUNTIME_DEPS = ("apache-tvm-ffi==0.1.14.post1", "numpy", "tornado", "psutil", "cloudpickle")
-TVM_GIT = "https://github.com/apache/tvm"
-TVM_TAG = "v0.27.0"
+DEFAULT_AGENT_MEMORY_MB = 96
+"""Free memory an agent needs where its profile does not say (``[limits] agent_memory_mb``)."""
 REMOTE_PATH = re.compile(r"[A-Za-z0-9_/.~+-]{1,255}")
 """What a path on the board may hold: nothing a shell reads as syntax."""
 _PKG_ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,8 @@ class ProvisionOptions:
     bitstream (``TARGET/HW_VER/NAME``) instead of the profile's; a mismatch is refused. ``expose``: bind the agent to
     all interfaces (default loopback: clients reach it on the board itself or through a tunnel).
     ``executor``: ``"fsim"`` runs an FPGA board's agent and register-level driver against the simulated VTA
-    device instead of the FPGA (bring-up before a bitstream, emulated boards): no bitstream, no sudo.
+    device instead of the FPGA (bring-up before a bitstream, emulated boards): no sudo; the profile's bitstream
+    is uploaded and named to the device when it is cached (the simulated device loads nothing).
     """
 
     tracker: tuple[str, int]
@@ -202,22 +204,8 @@ def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[s
                      command=f"{q(py)} -m pip install numpy cloudpickle psutil tornado && "
                              f"echo {q(p['tvm'])}/python > {site}/tvm-runtime.pth")]
     method = profile.runtime.get("method", "wheel")
-    if method == "build-on-board":
-        tvm = q(p["tvm"])
-        site = f"$({q(py)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-        return [
-            Step("python dependencies of the runtime", check=f"{q(py)} -c 'import numpy, tvm_ffi'",
-                 command=f"{q(py)} -m pip install {' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}",
-                 note="no armv7 apache-tvm wheel: the runtime is built on the board"),
-            Step("fetch TVM sources", check=f"test -d {tvm}/.git",
-                 command=f"git clone --depth 1 --branch {TVM_TAG} --recursive {TVM_GIT} {tvm}"),
-            Step("build the TVM runtime on the board (about 5 min on a Pynq)",
-                 check=f"test -f {tvm}/build/libtvm_runtime.so",
-                 command=f"mkdir -p {tvm}/build && cp {tvm}/cmake/config.cmake {tvm}/build/ && "
-                         f"cd {tvm}/build && cmake .. && make runtime -j2"),
-            Step("link TVM's python package into the venv", check=has_tvm,
-                 command=f"echo {tvm}/python > {site}/tvm-runtime.pth"),
-        ]
+    if method == "bundle":
+        return _bundle_steps(entry, py, p, has_tvm)
     package = profile.runtime.get("package", DEFAULT_RUNTIME)
     note = profile.runtime.get("notes", "")
     return [Step(f"install TVM runtime ({package})", check=has_tvm,
@@ -225,20 +213,81 @@ def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[s
                          f"{' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}", note=note)]
 
 
+def _bundle_steps(entry: BoardEntry, py: str, p: dict[str, str], has_tvm: str) -> list[Step]:
+    """Upload the runtime bundle cross-built here (``edgetune runtime build``) and put it on the venv's path."""
+    from toolkit.rpc.runtime_bundle import require
+
+    arch = entry.profile.runtime.get("bundle", "armv7")
+    try:
+        folder, info = require(arch)
+    except BoardError as exc:  # a dry run shows it; a real run stops before connecting (preflight)
+        return [Step(f"upload TVM runtime ({arch} bundle)", note=f"NOT READY: {exc}", check=has_tvm,
+                     command=_fail(str(exc)))]
+    q = quote
+    archive = (folder / "runtime.tar.gz").read_bytes()
+    digest = info["archive_sha256"][:16]
+    version = tuple(int(v) for v in info["python"].split("."))
+    site = f"$({q(py)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+    runtime = p["runtime"]
+    return [
+        Step(f"the board's python is {info['python']}", check=f"{q(py)} -c 'import sys; sys.exit(sys.version_info[:2] "
+             f"!= {version})'", command=_fail(
+                 f"the {arch} runtime bundle is built for Python {info['python']} but {entry.name}'s python is "
+                 f"another: build one for it with `edgetune runtime build --arch {arch} --sysroot DIR` (DIR: the "
+                 "board's /usr/include/python3.X copied here; docs/boards.md)")),
+        Step("numpy from the board's image", check=f"{q(py)} -c 'import numpy'", command=_fail(
+            f"numpy is not importable by {py} on {entry.name}: install the image's numpy (`sudo apt install "
+            "python3-numpy`) and provision with --system-site-packages")),
+        Step(f"upload TVM runtime ({arch} bundle, {len(archive) / 2**20:.1f} MiB)",
+             check=f"test \"$(cat {q(runtime)}/.digest 2>/dev/null)\" = {digest}",
+             upload=(archive, f"{p['root']}/runtime.tar.gz"),
+             command=f"rm -rf {q(runtime)} && mkdir -p {q(runtime)} && tar -xzf {q(p['root'])}/runtime.tar.gz -C "
+                     f"{q(runtime)} && echo {digest} > {q(runtime)}/.digest && rm {q(p['root'])}/runtime.tar.gz",
+             note=f"tvm {info['tvm']}, cross-built here, sha256 {digest}"),
+        Step("link TVM runtime into the venv", check=has_tvm,
+             command=f"echo {q(runtime)}/python > {site}/edgetune-runtime.pth"),
+    ]
+
+
+MEMORY_PROBE = ("import sys; m = dict(l.split(':', 1) for l in open('/proc/meminfo')); "
+                "free = int(m.get('MemAvailable', m['MemFree']).split()[0]) // 1024\n"
+                "for lim, use in (('/sys/fs/cgroup/memory/memory.limit_in_bytes', "
+                "'/sys/fs/cgroup/memory/memory.usage_in_bytes'), ('/sys/fs/cgroup/memory.max', "
+                "'/sys/fs/cgroup/memory.current')):\n"
+                " try: cap = open(lim).read().strip(); used = int(open(use).read())\n"
+                " except OSError: continue\n"
+                " if cap.isdigit() and int(cap) < 1 << 50: free = min(free, (int(cap) - used) >> 20)\n"
+                "print(free); sys.exit(free < {need})")
+"""Python run on the board: its free memory in MiB (``MemAvailable``, or what its memory cgroup leaves, whichever
+is less); exits 1 below ``need``."""
+
+
+def _memory_step(entry: BoardEntry, p: dict[str, str]) -> Step:
+    """Refuse a board with too little free memory for the agent (skipped while its agent runs)."""
+    need = int(entry.profile.limits.get("agent_memory_mb", DEFAULT_AGENT_MEMORY_MB))
+    probe = shlex.quote(MEMORY_PROBE.format(need=need))
+    pid = quote(p["pid"])
+    return Step(f"free memory for the agent ({need} MiB)",
+                check=f"{{ [ -f {pid} ] && {agent_running(pid)}; }} || python3 -c {probe} >/dev/null",
+                command=f"free=$(python3 -c {probe}); printf '%s\\n' \"{entry.name} has $free MiB of memory free but "
+                        f"the agent needs {need} MiB: stop what else runs there (or free memory) and provision "
+                        "again\" >&2; exit 1")
+
+
 def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None,
                      executor: str) -> tuple[list[Step], str | None]:
     profile = entry.profile
-    if executor != "fpga":
+    if profile.executor != "fpga" or executor == "tvm":
         if ref:
-            raise BoardError(f"board {entry.name} ({profile.name}) " + (
-                "has no FPGA" if profile.executor != "fpga" else "uses the simulated device (--executor fsim)")
-                + "; drop --bitstream")
+            raise BoardError(f"board {entry.name} ({profile.name}) has no FPGA; drop --bitstream")
         return [], None
     want = bitstreams.parse_ref(ref) if ref else bitstreams.for_profile(profile)
     bitstreams.check_matches(profile, want)
     local = bitstreams.cached_path(want)
     remote = f"{p['bits']}/{want.name}.{want.ext}"
     what = f"{want.target}/{want.hw_ver}/{want.name}.{want.ext}"
+    if local is None and executor == "fsim" and not ref:
+        return [], None  # the simulated device runs without one; with one cached it is uploaded and named
     if local is None:
         fix = (f"`edgetune bitstream add FILE --target {want.target} --hw-ver {want.hw_ver}`"
                + (f" (download: {want.url})" if want.url else ""))
@@ -301,6 +350,8 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
                      f"-C {q(p['code'])} && echo {digest} > {q(p['code'])}/.digest && rm {q(p['root'])}/agent.tar.gz",
              note=f"toolkit subset, digest {digest}"),
     ]
+    if "agent_memory_mb" in profile.limits:
+        steps.insert(0, _memory_step(entry, p))
     if not opts.python:
         flag = " --system-site-packages" if opts.system_site_packages else ""
         steps.append(Step("virtualenv", check=f"test -x {q(py)}",
@@ -313,7 +364,7 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     args_digest = hashlib.sha256(("\0".join(argv) + digest).encode()).hexdigest()[:16]
     sudo = bool(profile.runtime.get("needs_sudo")) and executor == "fpga"
     env = f"PYTHONPATH={q(p['code'])}"
-    if opts.runtime_path is not None or profile.runtime.get("method") == "build-on-board":
+    if opts.runtime_path is not None and Path(opts.runtime_path).is_dir():
         env += f" TVM_LIBRARY_PATH={q(p['tvm'])}/build"
     launch = f"{'sudo -n ' if sudo else ''}env {env} nohup {_sh(argv)}"
     pid = q(p["pid"])
@@ -333,6 +384,15 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
     return plan
 
 
+def preflight(entry: BoardEntry, python: str | None = None, runtime_path: Path | None = None) -> None:
+    """What must hold here before a board is touched: an armv7 board's runtime bundle is built and verified
+    (unless ``python`` or ``runtime_path`` bring the runtime another way)."""
+    if entry.profile.runtime.get("method") == "bundle" and python is None and runtime_path is None:
+        from toolkit.rpc.runtime_bundle import require
+
+        require(entry.profile.runtime.get("bundle", "armv7"))
+
+
 def on_loopback(host: str | None) -> bool:
     """Is ``host`` this machine's loopback (a board reached without a network)."""
     return bool(host) and (host == "localhost" or host.startswith("127.") or host == "::1")
@@ -347,6 +407,8 @@ def tunnelled_plan(entry: BoardEntry, opts: ProvisionOptions, *, tunnel: bool | 
     -> tracker, ``127.0.0.1:L`` here -> agent) is started first and ``opts`` point the agent at its ends; a
     dry run shows the ports as 0 and starts nothing. ``opts`` is not changed: the plan holds the tunnel's ends.
     """
+    if not dry_run:
+        preflight(entry, opts.python, opts.runtime_path)
     if tunnel is None:
         tunnel = not opts.expose and not on_loopback(entry.host)
     if tunnel and dry_run:
@@ -401,7 +463,10 @@ def run_plan(plan: Plan, session: SSHSession, progress: Callable[[str], None] | 
             session.run(f"mkdir -p {quote(remote.rsplit('/', 1)[0])}", check=True)
             session.put_bytes(data, _sftp_path(session, remote))
         if step.command:
-            session.run(step.command, check=True, timeout=1800)
+            r = session.run(step.command, timeout=1800)
+            if not r.ok:
+                last = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or ["no output"]
+                raise BoardError(f"provisioning {plan.board}: step '{step.name}' failed (exit {r.rc}): {last[0]}")
         out.append(StepOutcome(step.name, True, "done"))
     write_state(f"boards/{plan.board}", plan.state)
     return out

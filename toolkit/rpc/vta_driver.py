@@ -152,6 +152,16 @@ class SimulatedVTADevice(Device):
         self._clock = 0.0
         self._counters: dict[str, int] = {}
         self.runs = 0
+        self.bitstream: str | None = None
+
+    def program(self, bitstream: str | None) -> None:
+        """Nothing to load; a named bitstream must exist (as on a board) and is remembered by its file name."""
+        if bitstream:
+            import os
+
+            if not os.path.isfile(bitstream):
+                raise BoardError(f"bitstream {bitstream} is not on the board; run `edgetune board provision`")
+            self.bitstream = os.path.basename(bitstream)
 
     def mmio(self, base: int, length: int = WINDOW) -> MMIO:
         return _SimMMIO(self, base)
@@ -332,7 +342,9 @@ def make_executor(kind: str, bitstream: str | None = None, config: str | None = 
     hw = get_preset(config or "pynq") if not (config or "").startswith("{") else VTAConfig.from_json(
         __import__("json").loads(config))
     if kind == "fsim":
-        return VTAExecutor(VTADriver(SimulatedVTADevice(hw), hw))
+        sim = SimulatedVTADevice(hw)
+        sim.program(bitstream)
+        return VTAExecutor(VTADriver(sim, hw))
     if kind == "fpga":
         device = PynqDevice()
         device.program(bitstream)

@@ -1,7 +1,10 @@
-"""Emulated aarch64 boards: a Debian arm64 userland run by ``qemu-user`` through ``binfmt_misc``.
+"""Emulated boards: a Debian arm64 or armhf userland run by ``qemu-user`` through ``binfmt_misc``.
 
-An image is built once per machine from Debian's packages (``mmdebstrap``) and PyPI (the aarch64
-``apache-tvm`` wheel and what the board side imports), and cached under
+Two images: ``aarch64`` (a Raspberry Pi 4, ZCU102 or Ultra96: Debian's packages plus the aarch64
+``apache-tvm`` wheel from PyPI) and ``armv7`` (a Pynq-Z1/Z2: Debian armhf with Python and numpy from
+Debian, as a PYNQ image has them, and no TVM: PyPI has no armv7 wheel, so ``board provision`` uploads
+the runtime bundle that :mod:`toolkit.rpc.runtime_bundle` cross-builds). An image is built once per
+machine with ``mmdebstrap`` and cached under
 ``$EDGETUNE_EMULATED_CACHE`` (default ``~/.cache/edgetune/emulated``) in a folder named by a hash of
 its :class:`Recipe`. A board started from it runs in its own network namespace (reached from here on a
 veth pair, ``10.213.N.2``) and its own process namespace (``tini`` is its init and reaps orphans; the
@@ -9,8 +12,10 @@ board sees only its own processes), on an overlay of the image (the image is nev
 ``sshd``, a fresh host key and one authorised client key (key-only login, as root). Nothing but SSH
 reaches it: the board's loopback, where the agent listens, is its own.
 
-    python -m toolkit.testing.emulated_board build     # once per machine (minutes)
-    python -m toolkit.testing.emulated_board check     # start a board, log in, import tvm, stop
+    python -m toolkit.testing.emulated_board build [--arch armv7]   # once per machine (minutes)
+    python -m toolkit.testing.emulated_board check                  # start a board, log in, import tvm, stop
+
+A board runs in a memory cgroup (``memory_mb``: the Pynq's 512 MB) and on ``cpus`` CPUs when asked.
 
 Needs root (namespaces, mounts), ``qemu-user-static``, ``mmdebstrap`` and ``iproute2`` from Debian.
 """
@@ -37,9 +42,10 @@ from typing import Callable, Iterator
 from toolkit.errors import EdgetuneError
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-BINFMT_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
-"""Debian's ``qemu-user-static`` registration line for aarch64 ELF files (flag ``F``: works in a chroot)."""
+BINFMT_CONF = "/usr/lib/binfmt.d/qemu-{qemu}.conf"
+"""Debian's ``qemu-user-static`` registration line of an architecture (flag ``F``: works in a chroot)."""
 SITE = "usr/local/lib/python3.11/dist-packages"
+CGROUP_V1 = Path("/sys/fs/cgroup")
 SUBNET = "10.213"
 
 
@@ -60,11 +66,19 @@ class Recipe:
                                "psutil", "cloudpickle")
     wheel_platforms: tuple[str, ...] = ("manylinux_2_28_aarch64", "manylinux2014_aarch64")
     python: str = "3.11"
+    qemu: str = "aarch64"
+    machine: str = "aarch64"
 
     @property
     def key(self) -> str:
         """Twelve hex digits of the recipe's SHA-256."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+ARMV7 = Recipe(arch="armhf", packages=Recipe.packages + ("python3-numpy", "python3-psutil", "python3-cloudpickle"),
+               wheels=(), wheel_platforms=(), qemu="arm", machine="armv7l")
+"""The Pynq's userland: Debian armhf, numpy from Debian (a PYNQ image's numpy comes with the image too)."""
+RECIPES = {"aarch64": Recipe(), "armv7": ARMV7}
 
 
 def cache_root() -> Path:
@@ -97,29 +111,31 @@ def skip_reason() -> str | None:
     return None
 
 
-def ensure_binfmt() -> None:
-    """Mount ``binfmt_misc`` and register Debian's qemu-aarch64 handler where they are not yet."""
+def ensure_binfmt(qemu: str = "aarch64") -> None:
+    """Mount ``binfmt_misc`` and register Debian's ``qemu-<qemu>`` handler where they are not yet."""
     if os.geteuid() != 0:
         raise EmulationUnavailable("emulated boards need root (network namespaces, mounts, chroot)")
     if not kernel_has_binfmt():
         raise EmulationUnavailable("this kernel has no binfmt_misc: emulated aarch64 boards cannot run here")
     if not BINFMT_DIR.joinpath("register").exists():
         _run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT_DIR)], "mount binfmt_misc")
-    entry = BINFMT_DIR / "qemu-aarch64"
+    entry = BINFMT_DIR / f"qemu-{qemu}"
     if entry.exists():
         if entry.read_text().splitlines()[0] != "enabled":
             entry.write_text("1")
         return
-    if not BINFMT_CONF.is_file():
+    conf = Path(BINFMT_CONF.format(qemu=qemu))
+    if not conf.is_file():
         raise EmulationUnavailable("qemu-user-static is not installed (apt-get install qemu-user-static)")
-    line = next(x for x in BINFMT_CONF.read_text().splitlines() if x.startswith(":"))
+    line = next(x for x in conf.read_text().splitlines() if x.startswith(":"))
     BINFMT_DIR.joinpath("register").write_text(line)
 
 
 def require_tools() -> None:
     """The Debian tools the images and boards need, or one line naming the packages."""
     missing = [pkg for tool, pkg in (("mmdebstrap", "mmdebstrap"), ("ip", "iproute2"), ("unshare", "util-linux"),
-                                     ("ssh-keygen", "openssh-client"), ("qemu-aarch64-static", "qemu-user-static"))
+                                     ("ssh-keygen", "openssh-client"), ("qemu-aarch64-static", "qemu-user-static"),
+                                     ("qemu-arm-static", "qemu-user-static"))
                if shutil.which(tool) is None]
     if missing:
         raise EmulationUnavailable(f"missing Debian packages for emulated boards: apt-get install {' '.join(missing)}")
@@ -142,7 +158,7 @@ def build_image(recipe: Recipe = Recipe(), say: Callable[[str], None] = print) -
     if (target / "image.json").is_file():
         return target
     require_tools()
-    ensure_binfmt()
+    ensure_binfmt(recipe.qemu)
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f"{target.name}.lock", "w") as lock:
         try:
@@ -165,18 +181,20 @@ def _build(recipe: Recipe, target: Path, say: Callable[[str], None]) -> Path:
     _run(["mmdebstrap", f"--arch={recipe.arch}", "--variant=minbase", "--include=" + ",".join(recipe.packages),
           recipe.suite, str(rootfs), recipe.mirror], "mmdebstrap", timeout=3600)
     debian_s = time.monotonic() - start
-    say("installing the aarch64 wheels from PyPI ...")
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-           "--python-version", recipe.python, "--implementation", "cp", "--target", str(rootfs / SITE)]
-    for plat in recipe.wheel_platforms:
-        pip += ["--platform", plat]
-    _run(pip + list(recipe.wheels), "pip install of the aarch64 wheels", timeout=3600)
-    say("checking that the board's python imports tvm under emulation ...")
+    if recipe.wheels:
+        say(f"installing the {recipe.machine} wheels from PyPI ...")
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary=:all:",
+               "--python-version", recipe.python, "--implementation", "cp", "--target", str(rootfs / SITE)]
+        for plat in recipe.wheel_platforms:
+            pip += ["--platform", plat]
+        _run(pip + list(recipe.wheels), f"pip install of the {recipe.machine} wheels", timeout=3600)
+    say("checking the board's python under emulation ...")
+    tvm = "tvm" if recipe.wheels else "platform as tvm"   # an armv7 image gets its TVM at provisioning
     probe = _run(["chroot", str(rootfs), "/usr/bin/python3", "-c",
-                  "import platform, numpy, tvm; print(platform.machine(), tvm.__version__)"], "the image's python",
-                 timeout=600).stdout.split()
-    if probe[:1] != ["aarch64"]:
-        raise EmulationUnavailable(f"the image's python runs as {probe[:1]}, not aarch64")
+                  f"import platform, numpy, {tvm}; print(platform.machine(), getattr(tvm, '__version__', '-'))"],
+                 "the image's python", timeout=600).stdout.split()
+    if probe[:1] != [recipe.machine]:
+        raise EmulationUnavailable(f"the image's python runs as {probe[:1]}, not {recipe.machine}")
     size = int(_run(["du", "-sb", str(rootfs)], "du").stdout.split()[0])
     info = {"recipe": asdict(recipe), "key": recipe.key, "tvm": probe[1], "seconds": round(time.monotonic() - start, 1),
             "debian_seconds": round(debian_s, 1), "bytes": size}
@@ -209,6 +227,7 @@ class EmulatedBoard:
     port: int = 22
     sshd_pid: int = 0
     _log: Path = field(default=Path(), repr=False)
+    cgroups: list[Path] = field(default_factory=list)
 
     @property
     def known_hosts_line(self) -> str:
@@ -231,7 +250,18 @@ class EmulatedBoard:
             time.sleep(0.2)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         subprocess.run(["ip", "link", "del", f"{self.netns}h"], capture_output=True)
+        for group in self.cgroups:
+            with contextlib.suppress(OSError):
+                group.rmdir()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def memory_peak_mb(self) -> float | None:
+        """The most memory the board has used so far (its memory cgroup's high-water mark), or ``None``."""
+        for group in self.cgroups:
+            peak = group / "memory.max_usage_in_bytes"
+            if peak.exists():
+                return int(peak.read_text()) / 2**20
+        return None
 
     def log_tail(self, lines: int = 5) -> str:
         """The end of the board's sshd log."""
@@ -265,14 +295,48 @@ MaxStartups 50
 """
 
 
-def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0) -> EmulatedBoard:
-    """Start an emulated board from a built image; it answers SSH when this returns."""
+def _cgroup(name: str, memory_mb: int | None, cpus: int | None) -> list[Path]:
+    """cgroup v1 folders capping a board's memory (no swap) and CPUs; empty when nothing is capped."""
+    made = []
+    if memory_mb:
+        mem = CGROUP_V1 / "memory" / name
+        if not mem.parent.is_dir():
+            raise EmulationUnavailable("no cgroup v1 memory controller at /sys/fs/cgroup/memory: the board's "
+                                       "memory cannot be capped here")
+        mem.mkdir(exist_ok=True)
+        made.append(mem)
+        (mem / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+        swap = mem / "memory.memsw.limit_in_bytes"
+        if swap.exists():
+            swap.write_text(str(memory_mb << 20))
+    if cpus:
+        cpuset = CGROUP_V1 / "cpuset" / name
+        if not cpuset.parent.is_dir():
+            raise EmulationUnavailable("no cgroup v1 cpuset controller at /sys/fs/cgroup/cpuset")
+        cpuset.mkdir(exist_ok=True)
+        made.append(cpuset)
+        have = sorted(os.sched_getaffinity(0))
+        (cpuset / "cpuset.cpus").write_text(",".join(map(str, have[:cpus])))
+        (cpuset / "cpuset.mems").write_text((cpuset.parent / "cpuset.mems").read_text().strip())
+    return made
+
+
+def _join(groups: list[Path]) -> None:
+    """Move the calling process (and so all it starts) into ``groups``."""
+    for group in groups:
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0, memory_mb: int | None = None,
+                cpus: int | None = None) -> EmulatedBoard:
+    """Start an emulated board from a built image; it answers SSH when this returns. ``memory_mb`` caps the
+    memory of everything on the board (qemu's own included), ``cpus`` the CPUs it runs on."""
     require_tools()
-    ensure_binfmt()
     rootfs = image / "rootfs"
     if not (image / "image.json").is_file():
         raise EmulationUnavailable(f"no emulated board image in {image}; run "
                                    "`python -m toolkit.testing.emulated_board build`")
+    ensure_binfmt(json.loads((image / "image.json").read_text())["recipe"].get("qemu", "aarch64"))
     slot = _free_slot()
     netns = f"etb{slot}"
     work = Path(workdir or tempfile.mkdtemp(prefix=f"edgetune-{netns}-"))
@@ -298,17 +362,24 @@ def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0)
                  ["ip", "netns", "exec", netns, "ip", "link", "set", ifb, "up"],
                  ["ip", "netns", "exec", netns, "ip", "link", "set", "lo", "up"]):
         _run(argv, " ".join(argv[:4]))
+    groups = _cgroup(f"edgetune-{netns}", memory_mb, cpus)
+    # the board sees its own memory cgroup where a container sees it (what free memory it has)
+    own = "".join(f"mkdir -p {merged}/sys/fs/cgroup/memory && mount --bind {g} {merged}/sys/fs/cgroup/memory && "
+                  for g in groups if g.parent.name == "memory")
     mounts = (f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={upper},workdir={scratch} {merged} && "
-              f"mount -t proc proc {merged}/proc && mount --rbind /dev {merged}/dev && "
+              f"mount -t proc proc {merged}/proc && mount --rbind /dev {merged}/dev && {own}"
               f"mount -t tmpfs tmpfs {merged}/run && mkdir -p {merged}/run/sshd && "
               f"mount -t tmpfs tmpfs {merged}/tmp && "
               f"exec chroot {merged} /usr/bin/tini -- /usr/sbin/sshd -D -e -f /etc/ssh/edgetune_sshd_config")
     log = work / "sshd.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "--mount", "--pid", "--fork",
-                                 "--propagation", "private", "sh", "-c", mounts], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # nsenter, not `ip netns exec`: that mounts a fresh /sys, without the host's cgroups
+        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns}", "unshare", "--mount", "--pid", "--fork",
+                                 "--propagation", "private", "sh", "-c", mounts], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=lambda: _join(groups))
     b = EmulatedBoard(netns, board, host, work, work / "client_key",
-                      " ".join((work / "host_key.pub").read_text().split()[:2]), sshd_pid=proc.pid, _log=log)
+                      " ".join((work / "host_key.pub").read_text().split()[:2]), sshd_pid=proc.pid, _log=log,
+                      cgroups=groups)
     deadline = time.monotonic() + wait_s
     while not ssh_banner(board, 22):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -393,18 +464,20 @@ def check(image: Path, say: Callable[[str], None] = print) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit.testing.emulated_board", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("build", "check", "info", "path"))
+    parser.add_argument("--arch", choices=sorted(RECIPES), default="aarch64", help="which board image")
     args = parser.parse_args(argv)
+    recipe = RECIPES[args.arch]
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         if args.command == "path":
-            print(image_dir())
+            print(image_dir(recipe))
         elif args.command == "info":
-            info = image_info()
-            print(json.dumps(info, indent=1) if info else f"not built: {image_dir()}")
+            info = image_info(recipe)
+            print(json.dumps(info, indent=1) if info else f"not built: {image_dir(recipe)}")
         elif skip_reason():
             say(f"emulated boards skipped: {skip_reason()}")
         else:
-            image = build_image(say=say)
+            image = build_image(recipe, say=say)
             if args.command == "check":
                 print(check(image, say))
             else:
