@@ -34,11 +34,14 @@ system-deps:
 test: install system-deps
 	$(PY) -m pytest -q -n 2 --dist loadscope -m "not emulated"
 
-# Emulated aarch64 boards (Debian arm64 under qemu-user): the image is built once per machine and cached
-# outside the repository (`python -m toolkit.testing.emulated_board path` says where). Needs root.
+# Emulated boards (Debian arm64 and armhf under qemu-user) and the armv7 TVM runtime a Pynq is provisioned with:
+# built once per machine and cached outside the repository (`python -m toolkit.testing.emulated_board path [--arch
+# armv7]` and `edgetune runtime info` say where). Needs root.
 emulated-boards: install
 	@$(MAKE) --no-print-directory system-deps APT_PACKAGES="$(EMULATION_PACKAGES)"
 	$(PY) -m toolkit.testing.emulated_board build
+	$(PY) -m toolkit.testing.emulated_board build --arch armv7
+	$(VENV)/bin/edgetune runtime build --arch armv7
 
 test-emulated: install system-deps emulated-boards
 	$(PY) -m pytest -q -m emulated tests/emulated

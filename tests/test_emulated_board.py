@@ -17,6 +17,15 @@ def test_the_image_is_named_by_a_hash_of_its_recipe(tmp_path, monkeypatch):
     assert emu.image_info(base) is None                      # nothing built in an empty cache
 
 
+def test_the_pynq_image_is_armhf_with_numpy_from_debian_and_no_wheels(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_EMULATED_CACHE", str(tmp_path))
+    armv7 = emu.RECIPES["armv7"]
+    assert (armv7.arch, armv7.qemu, armv7.machine, armv7.wheels) == ("armhf", "arm", "armv7l", ())
+    assert "python3-numpy" in armv7.packages and armv7.key != emu.RECIPES["aarch64"].key
+    assert emu.image_dir(armv7) == tmp_path / f"bookworm-armhf-{armv7.key}"
+    assert emu.main(["path", "--arch", "armv7"]) == 0
+
+
 def test_the_cache_follows_xdg_cache_home_without_an_override(tmp_path, monkeypatch):
     monkeypatch.delenv("EDGETUNE_EMULATED_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -177,6 +177,27 @@ def test_zcu102_agent_and_register_driver_on_aarch64_tune_and_run_bit_exact(boar
     assert _keepers("zcu") == []
 
 
+def test_ultra96_provisions_and_tunes_on_the_aarch64_board_like_the_zcu102(board, known_hosts, tmp_path):
+    """The Ultra96 (Zynq UltraScale+, aarch64) shares the ZCU102's path: wheel runtime, fsim device at its own
+    register base, its own VTA preset (333 MHz, 128-bit bus)."""
+    known_hosts.write_text(board.known_hosts_line)
+    _add(board, "u96", "ultra96")
+    _ok("tracker", "start", "--port", free_port())
+    try:
+        _ok("board", "provision", "u96", "--system-site-packages", "--executor", "fsim")
+        agent = _on_board("u96", "ps -eo args | grep toolkit.rpc.agent | grep -v grep")
+        assert "--executor fsim" in agent and "--vta-config ultra96" in agent and "--key ultra96" in agent
+        log = tmp_path / "u96.jsonl"
+        _ok("tune", "--board", "u96", "-w", VTA_WORKLOAD, "--tuner", "random", "--trials", "4", "--log", log)
+        header, recs = read_log(log)
+        assert len(recs) == 4 and any(r.valid for r in recs)
+        assert header.task["hw"]["TARGET"] == "ultra96" and header.task["hw"]["CLOCK_MHZ"] == 333
+    finally:
+        _cli("board", "stop", "u96")
+        _ok("tracker", "stop")
+    assert _keepers("u96") == []
+
+
 VTA_MODEL = '''
 import torch
 from torch import nn

@@ -183,6 +183,7 @@ def provision(
     from toolkit.rpc import provision as prov
     from toolkit.rpc.service import tracker_address
     from toolkit.rpc.ssh import connect_board
+    from toolkit.rpc.tunnel import running_keeper, stop_keeper
 
     entry = _registered(name, inventory)
     if expose:
@@ -195,6 +196,7 @@ def provision(
     opts = prov.ProvisionOptions(tracker=address, remote_dir=remote_dir, python=python,
                                  system_site_packages=system_site_packages, runtime_path=runtime_path, expose=expose,
                                  bitstream=bitstream, executor=executor)
+    kept_before = running_keeper(name) is not None
     plan, tunnel = prov.tunnelled_plan(entry, opts, tunnel=tunnel, dry_run=dry_run, inventory=inventory,
                                        accept_new_host_key=accept_new_host_key)
     if tunnel and dry_run and not json:
@@ -210,9 +212,14 @@ def provision(
             for line in plan.describe():
                 console.info(line)
         return
-    with connect_board(entry, accept_new_host_key=accept_new_host_key) as session, console.progress() as bar:
-        task = bar.add_task(f"provision {name}", total=len(plan.steps), status="")
-        outcomes = prov.run_plan(plan, session, progress=lambda s: bar.update(task, advance=1, status=s))
+    try:
+        with connect_board(entry, accept_new_host_key=accept_new_host_key) as session, console.progress() as bar:
+            task = bar.add_task(f"provision {name}", total=len(plan.steps), status="")
+            outcomes = prov.run_plan(plan, session, progress=lambda s: bar.update(task, advance=1, status=s))
+    except BaseException:
+        if tunnel and not kept_before:
+            stop_keeper(name)   # the tunnels this run opened serve no agent
+        raise
     if json:
         console.print_json({"board": name, "steps": [o.__dict__ for o in outcomes]})
         return

@@ -150,18 +150,21 @@ class Plan:
         return [line for s in self.steps for line in s.describe()]
 
 
-@lru_cache(maxsize=1)
-def agent_bundle() -> tuple[bytes, str]:
-    """A reproducible ``.tar.gz`` of the agent's files and its digest (built once per process)."""
+def agent_files() -> list[tuple[str, Path]]:
+    """``(name in the bundle, file here)`` of every module the agent runs on a board."""
     files: list[tuple[str, Path]] = [(f"toolkit/{f}", _PKG_ROOT / f) for f in AGENT_FILES]
     for pkg in AGENT_PACKAGES:
         files += [(f"toolkit/{p.relative_to(_PKG_ROOT).as_posix()}", p)
                   for p in sorted((_PKG_ROOT / pkg).rglob("*.py"))]
+    return [(name, path) for name, path in files if path.is_file()]
+
+
+@lru_cache(maxsize=1)
+def agent_bundle() -> tuple[bytes, str]:
+    """A reproducible ``.tar.gz`` of the agent's files and its digest (built once per process)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
-        for arcname, path in files:
-            if not path.is_file():
-                continue
+        for arcname, path in agent_files():
             data = path.read_bytes()
             info = tarfile.TarInfo(arcname)
             info.size, info.mtime, info.mode = len(data), 0, 0o644

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import threading
 import time
 from collections import Counter
 from typing import Any, Sequence
@@ -28,6 +29,8 @@ from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, Template
 
 INPUT_REGIONS = ("inp", "wgt", "bias")
+QUEUED_CHECK_S = 1.0
+"""How often a request queued at the tracker checks that a board with the key is still registered."""
 
 
 def _text(a: np.ndarray) -> str:
@@ -62,21 +65,47 @@ class VTARPCRunner(Runner):
             return False
         return any(s.get("key") == f"server:{self.key}" for s in info.get("server_info", []))
 
-    def _session(self, timeout_s: float) -> Any:
-        """A session with some board registered under the key, waiting up to ``wait_s`` for one."""
+    def _request(self, timeout_s: float) -> Any:
+        """A session from the tracker, or ``None`` when the key left the tracker while the request was queued (the
+        tracker holds a request for a server that died mid-session forever: it is given up, not waited on)."""
         from tvm import rpc
 
+        box: dict[str, Any] = {}
+        try:
+            tracker = rpc.connect_tracker(*self.tracker)
+        except Exception:  # noqa: BLE001 - the tracker itself is gone: as if the board were
+            return None
+
+        def request() -> None:
+            try:
+                box["session"] = tracker.request(self.key, priority=self.priority, session_timeout=timeout_s,
+                                                 max_retry=1)
+            except Exception:  # noqa: BLE001 - the board vanished between summary and request
+                pass
+
+        thread = threading.Thread(target=request, name="edgetune-vta-request", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(QUEUED_CHECK_S)
+            if thread.is_alive() and not self._registered():
+                tracker.close()          # ends the queued request
+                thread.join(QUEUED_CHECK_S)
+                return None
+        return box.get("session")
+
+    def _session(self, timeout_s: float) -> Any:
+        """A session with some board registered under the key, waiting up to ``wait_s`` for one."""
         deadline = time.monotonic() + self.wait_s
-        if not self._registered():
-            self.waiting(f"no board with RPC key {self.key!r} is registered: waiting up to {self.wait_s:.0f} s for "
-                         f"one (`edgetune board provision {self.board.name}` restores it)")
+        said = False
         while True:
             if self._registered():
-                try:
-                    return rpc.connect_tracker(*self.tracker).request(
-                        self.key, priority=self.priority, session_timeout=timeout_s)
-                except Exception:  # noqa: BLE001 - the board vanished between summary and request
-                    pass
+                session = self._request(timeout_s)
+                if session is not None:
+                    return session
+            if not said:
+                said = True
+                self.waiting(f"no board with RPC key {self.key!r} is registered: waiting up to {self.wait_s:.0f} s "
+                             f"for one (`edgetune board provision {self.board.name}` restores it)")
             if time.monotonic() > deadline:
                 raise BoardGoneError(
                     f"no board with RPC key {self.key!r} registered with the tracker "
