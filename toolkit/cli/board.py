@@ -170,7 +170,8 @@ def provision(
              "with the board's VTA config is refused.")] = None,
     executor: Annotated[Optional[str], typer.Option(
         metavar="fsim", help="FPGA boards: run the agent's register-level driver against the simulated VTA device "
-                             "instead of the FPGA (no bitstream, no sudo): bring-up and emulated boards.")] = None,
+                             "instead of the FPGA (no sudo; a cached bitstream is named, not loaded): bring-up "
+                             "and emulated boards.")] = None,
     tunnel: Annotated[Optional[bool], typer.Option(
         "--tunnel/--no-tunnel", help="Reach the board's agent and let it reach the tracker through SSH tunnels kept "
                                      "by a background process, so no RPC port is on any network (default: on, "

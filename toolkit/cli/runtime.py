@@ -62,6 +62,7 @@ def info(arch: ArchOpt = "armv7", python: Annotated[Optional[str], typer.Option(
     if json:
         console.print_json({"path": str(folder), **{k: v for k, v in data.items() if k != "files"}})
         return
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in data["seconds"].items())
     console.info(f"{folder}: {arch} for Python {data['python']} ({data['soabi']}), tvm {data['tvm']}, tvm-ffi "
                  f"{data['tvm_ffi']}, {len(data['files'])} files, {data['bytes'] / 2**20:.1f} MiB; built in "
-                 f"{sum(data['seconds'].values()):.0f} s ({', '.join(f'{k} {v:.0f} s' for k, v in data['seconds'].items())})")
+                 f"{sum(data['seconds'].values()):.0f} s ({steps})")

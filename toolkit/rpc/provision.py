@@ -295,7 +295,8 @@ def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None,
         fix = (f"`edgetune bitstream add FILE --target {want.target} --hw-ver {want.hw_ver}`"
                + (f" (download: {want.url})" if want.url else ""))
         return [Step(f"upload bitstream {what}", note=f"NOT CACHED: add it with {fix}",
-                     check=f"test -f {quote(remote)}", command=_fail(f"bitstream {what} is not cached: add it with {fix}"))], remote
+                     check=f"test -f {quote(remote)}",
+                     command=_fail(f"bitstream {what} is not cached: add it with {fix}"))], remote
     digest = bitstreams.sha256_of(local)
     steps = [Step(f"upload bitstream {what}", upload=(local.read_bytes(), remote),
                   check=f"printf '%s  %s\\n' {digest} {quote(remote)} | sha256sum -c --status",

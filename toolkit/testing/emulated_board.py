@@ -462,7 +462,8 @@ def check(image: Path, say: Callable[[str], None] = print) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolkit.testing.emulated_board", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m toolkit.testing.emulated_board",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("build", "check", "info", "path"))
     parser.add_argument("--arch", choices=sorted(RECIPES), default="aarch64", help="which board image")
     args = parser.parse_args(argv)
