@@ -16,6 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.version": set(),
     "toolkit.errors": set(),
     "toolkit.child_env": set(),
+    "toolkit.build_lock": set(),
     "toolkit.console": {"toolkit.errors"},
     "toolkit.workloads": {"toolkit.errors"},
     "toolkit.vta": {"toolkit.errors", "toolkit.workloads"},
@@ -23,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.bitstreams": {"toolkit.errors", "toolkit.boards", "toolkit.vta"},
     "toolkit.tuning": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads", "toolkit.child_env"},
     "toolkit.rpc": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.bitstreams", "toolkit.vta",
-                    "toolkit.child_env"},
+                    "toolkit.child_env", "toolkit.build_lock"},
     "toolkit.manifest": {"toolkit.errors", "toolkit.version", "toolkit.tuning", "toolkit.workloads"},
     "toolkit.backends": {"toolkit.errors", "toolkit.boards", "toolkit.bitstreams", "toolkit.workloads",
                          "toolkit.vta", "toolkit.tuning", "toolkit.rpc", "toolkit.manifest"},
@@ -34,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.harness": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                       "toolkit.tuning", "toolkit.backends", "toolkit.cluster"},
     "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.harness", "toolkit.workloads"},
-    "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc"},
+    "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc", "toolkit.build_lock"},
 }
 """Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo``,
 ``toolkit.__main__`` and ``toolkit.entry`` (the console script) sit on top and may import any of them."""

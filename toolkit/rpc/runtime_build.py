@@ -20,7 +20,6 @@ Needs the target's cross compiler (Debian's ``g++-arm-linux-gnueabihf``), ``cmak
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import hashlib
 import io
@@ -36,6 +35,7 @@ from importlib import util
 from pathlib import Path
 from typing import Callable
 
+from toolkit.build_lock import build_lock
 from toolkit.errors import BoardError
 from toolkit.rpc.runtime_bundle import SUPPORT_DIR, Target, bundle_dir, recipe
 
@@ -109,13 +109,7 @@ def build(target: Target, *, sysroot: Path | None = None, jobs: int = 2, say: Sa
     cmake = _tool("cmake", "cmake >= 3.26 (pip install 'edgetune[runtime]')")
     if util.find_spec("Cython") is None:
         raise BoardError("cython is needed to build the runtime: pip install 'edgetune[runtime]'")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process building {folder.name} ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(folder, say):
         if (folder / "bundle.json").is_file():
             return folder
         partial = folder.with_name(folder.name + ".partial")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from toolkit.build_lock import build_lock
 from toolkit.errors import EdgetuneError
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
@@ -159,13 +159,7 @@ def build_image(recipe: Recipe = Recipe(), say: Callable[[str], None] = print) -
         return target
     require_tools()
     ensure_binfmt(recipe.qemu)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process building {target.name} ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(target, say):
         if (target / "image.json").is_file():
             return target
         return _build(recipe, target, say)
