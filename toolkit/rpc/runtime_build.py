@@ -35,7 +35,7 @@ from importlib import util
 from pathlib import Path
 from typing import Callable
 
-from toolkit.build_lock import build_lock
+from toolkit.build_lock import build_lock, remove_partial
 from toolkit.errors import BoardError
 from toolkit.rpc.runtime_bundle import SUPPORT_DIR, Target, bundle_dir, recipe
 
@@ -113,7 +113,7 @@ def build(target: Target, *, sysroot: Path | None = None, jobs: int = 2, say: Sa
         if (folder / "bundle.json").is_file():
             return folder
         partial = folder.with_name(folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
+        remove_partial(partial)
         work = partial / "build"
         work.mkdir(parents=True)
         seconds = _build(target, python, sysroot, cxx, cmake, work, partial / "bundle", jobs, say, progress)

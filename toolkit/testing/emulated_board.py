@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from toolkit.build_lock import build_lock
+from toolkit.build_lock import build_lock, remove_partial
 from toolkit.errors import EdgetuneError
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
@@ -168,7 +168,7 @@ def build_image(recipe: Recipe = Recipe(), say: Callable[[str], None] = print) -
 def _build(recipe: Recipe, target: Path, say: Callable[[str], None]) -> Path:
     start = time.monotonic()
     partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    remove_partial(partial)
     partial.mkdir()
     rootfs = partial / "rootfs"
     say(f"building the {recipe.suite} {recipe.arch} userland with mmdebstrap (about 2 minutes) ...")
@@ -444,14 +444,18 @@ def provisioned(image: Path, name: str, board_type: str, *provision: str,
 
 
 def check(image: Path, say: Callable[[str], None] = print) -> str:
-    """Start a board, log in over SSH with its key, import tvm on it, stop it; what the board said."""
+    """Start a board, log in over SSH with its key, import tvm (an armv7 image: numpy, its TVM comes with
+    provisioning) on it, stop it; what the board said."""
+    has_tvm = bool(json.loads((image / "image.json").read_text())["recipe"].get("wheels"))
+    module = "tvm" if has_tvm else "numpy"
     with emulated_board(image) as b, tempfile.NamedTemporaryFile("w", suffix=".known_hosts") as kh:
         kh.write(b.known_hosts_line)
         kh.flush()
-        say(f"board up at {b.address}; logging in and importing tvm on it (about 10 s under emulation) ...")
+        say(f"board up at {b.address}; logging in and importing {module} on it (about 10 s under emulation) ...")
         r = _run(["ssh", "-i", str(b.client_key), "-o", f"UserKnownHostsFile={kh.name}", "-o", "BatchMode=yes",
                   "-o", "StrictHostKeyChecking=yes", f"root@{b.address}",
-                  "python3 -c 'import platform, tvm; print(platform.machine(), tvm.__version__)'"], "ssh", timeout=300)
+                  f"python3 -c 'import platform, {module}; print(platform.machine(), {module}.__version__)'"], "ssh",
+                 timeout=300)
         return r.stdout.strip()
 
 
