@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from toolkit.testing import board_image as img
 from toolkit.testing import emulated_board as emu
 
 
@@ -36,25 +37,25 @@ def test_only_the_flag_or_a_kernel_without_binfmt_skips(monkeypatch):
     monkeypatch.setenv("EDGETUNE_SKIP_EMULATED", "1")
     assert emu.skip_reason() == "EDGETUNE_SKIP_EMULATED=1"
     monkeypatch.delenv("EDGETUNE_SKIP_EMULATED")
-    monkeypatch.setattr(emu, "kernel_has_binfmt", lambda: True)
+    monkeypatch.setattr(img, "kernel_has_binfmt", lambda: True)
     assert emu.skip_reason() is None                        # anything else missing is an error, not a skip
-    monkeypatch.setattr(emu, "kernel_has_binfmt", lambda: False)
+    monkeypatch.setattr(img, "kernel_has_binfmt", lambda: False)
     assert emu.skip_reason() == "this kernel has no binfmt_misc (emulated aarch64 boards need it)"
 
 
 def test_binfmt_support_is_read_from_the_kernels_filesystem_list(tmp_path, monkeypatch):
     fs = tmp_path / "filesystems"
-    monkeypatch.setattr(emu, "BINFMT_DIR", tmp_path / "binfmt_misc")
-    real = emu.Path
+    monkeypatch.setattr(img, "BINFMT_DIR", tmp_path / "binfmt_misc")
+    real = img.Path
 
     def fake_path(p: str = "", *rest: str):
         return fs if p == "/proc/filesystems" else real(p, *rest)
 
-    monkeypatch.setattr(emu, "Path", fake_path)
+    monkeypatch.setattr(img, "Path", fake_path)
     fs.write_text("nodev\tsysfs\nnodev\tproc\n")
-    assert not emu.kernel_has_binfmt()
+    assert not img.kernel_has_binfmt()
     fs.write_text("nodev\tsysfs\nnodev\tbinfmt_misc\n")
-    assert emu.kernel_has_binfmt()
+    assert img.kernel_has_binfmt()
 
 
 def test_the_build_command_says_why_it_skips(monkeypatch, capsys):

@@ -41,13 +41,10 @@ from toolkit.errors import BoardError
 from toolkit.rpc.agent_control import (DEFAULT_REMOTE_DIR, agent_paths, agent_running, call_health, stop_command,
                                        wait_agent_state,
                                        wait_registered)
+from toolkit.rpc.plan_steps import Step, fail, memory_step, runtime_steps
 from toolkit.rpc.ssh import SSHSession, quote
 from toolkit.rpc.state import write_state
 
-DEFAULT_RUNTIME = "apache-tvm==0.27.0.post1"
-RUNTIME_DEPS = ("apache-tvm-ffi==0.1.14.post1", "numpy", "tornado", "psutil", "cloudpickle")
-DEFAULT_AGENT_MEMORY_MB = 96
-"""Free memory an agent needs where its profile does not say (``[limits] agent_memory_mb``)."""
 REMOTE_PATH = re.compile(r"[A-Za-z0-9_/.~+-]{1,255}")
 """What a path on the board may hold: nothing a shell reads as syntax."""
 _PKG_ROOT = Path(__file__).resolve().parent.parent
@@ -110,31 +107,6 @@ def executor_of(entry: BoardEntry, opts: ProvisionOptions) -> str:
 
 
 @dataclass
-class Step:
-    """One idempotent step: skipped when ``check`` exits 0; ``upload`` is ``(bytes, remote path)``."""
-
-    name: str
-    command: str | None = None
-    check: str | None = None
-    upload: tuple[bytes, str] | None = None
-    local: Callable[[SSHSession], str] | None = None
-    note: str = ""
-
-    def describe(self) -> list[str]:
-        """Lines printed by ``--dry-run``."""
-        lines = [f"# {self.name}" + (f"  ({self.note})" if self.note else "")]
-        if self.check:
-            lines.append(f"  check: {self.check}")
-        if self.upload:
-            lines.append(f"  upload: {len(self.upload[0])} bytes -> {self.upload[1]}")
-        if self.command:
-            lines.append(f"  run:   {self.command}")
-        if self.local:
-            lines.append("  local: " + (self.local.__doc__ or self.name).strip().splitlines()[0])
-        return lines
-
-
-@dataclass
 class Plan:
     """Steps for one board, plus where things live on it."""
 
@@ -177,106 +149,6 @@ def _paths(entry: BoardEntry, opts: ProvisionOptions) -> dict[str, str]:
     return agent_paths(entry.name, opts.remote_dir)
 
 
-def _runtime_steps(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[str, str]) -> list[Step]:
-    profile = entry.profile
-    q = quote
-    has_tvm = (f"{q(py)} -c 'import importlib.util as u, sys; "
-               f"sys.exit(not (u.find_spec(\"tvm\") and u.find_spec(\"numpy\")))'")
-    if opts.python:
-        return [Step("check the board's python", check=has_tvm,
-                     command=_fail(f"the python {opts.python} on the board cannot import tvm and numpy: install "
-                                   "them there or drop --python"))]
-    if opts.runtime_path is not None:
-        rp = Path(opts.runtime_path).expanduser()
-        if not rp.exists():
-            raise BoardError(f"--runtime-path {rp} does not exist; give a TVM wheel or a runtime directory")
-        if rp.is_file():
-            remote = f"{p['root']}/{rp.name}"
-            return [Step("upload TVM runtime wheel", check=f"test -f {q(remote)}", upload=(rp.read_bytes(), remote)),
-                     Step("install TVM runtime wheel", check=has_tvm,
-                          command=f"{q(py)} -m pip install {q(remote)} numpy")]
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            tar.add(str(rp), arcname="tvm")
-        site = f"$({q(py)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-        return [Step("upload TVM runtime", check=f"test -d {q(p['tvm'])}/python",
-                     upload=(buf.getvalue(), f"{p['root']}/tvm-runtime.tar.gz"),
-                     command=f"tar -xzf {q(p['root'])}/tvm-runtime.tar.gz -C {q(p['root'])} && "
-                             f"rm {q(p['root'])}/tvm-runtime.tar.gz"),
-                Step("link TVM runtime into the venv", check=has_tvm,
-                     command=f"{q(py)} -m pip install numpy cloudpickle psutil tornado && "
-                             f"echo {q(p['tvm'])}/python > {site}/tvm-runtime.pth")]
-    method = profile.runtime.get("method", "wheel")
-    if method == "bundle":
-        return _bundle_steps(entry, py, p, has_tvm)
-    package = profile.runtime.get("package", DEFAULT_RUNTIME)
-    note = profile.runtime.get("notes", "")
-    return [Step(f"install TVM runtime ({package})", check=has_tvm,
-                 command=f"{q(py)} -m pip install {shlex.quote(package)} "
-                         f"{' '.join(shlex.quote(d) for d in RUNTIME_DEPS)}", note=note)]
-
-
-def _bundle_steps(entry: BoardEntry, py: str, p: dict[str, str], has_tvm: str) -> list[Step]:
-    """Upload the runtime bundle cross-built here (``edgetune runtime build``) and put it on the venv's path."""
-    from toolkit.rpc.runtime_bundle import require
-
-    arch = entry.profile.runtime.get("bundle", "armv7")
-    try:
-        folder, info = require(arch)
-    except BoardError as exc:  # a dry run shows it; a real run stops before connecting (preflight)
-        return [Step(f"upload TVM runtime ({arch} bundle)", note=f"NOT READY: {exc}", check=has_tvm,
-                     command=_fail(str(exc)))]
-    q = quote
-    archive = (folder / "runtime.tar.gz").read_bytes()
-    digest = info["archive_sha256"][:16]
-    version = tuple(int(v) for v in info["python"].split("."))
-    site = f"$({q(py)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-    runtime = p["runtime"]
-    return [
-        Step(f"the board's python is {info['python']}", check=f"{q(py)} -c 'import sys; sys.exit(sys.version_info[:2] "
-             f"!= {version})'", command=_fail(
-                 f"the {arch} runtime bundle is built for Python {info['python']} but {entry.name}'s python is "
-                 f"another: build one for it with `edgetune runtime build --arch {arch} --sysroot DIR` (DIR: the "
-                 "board's /usr/include/python3.X copied here; docs/boards.md)")),
-        Step("numpy from the board's image", check=f"{q(py)} -c 'import numpy'", command=_fail(
-            f"numpy is not importable by {py} on {entry.name}: install the image's numpy (`sudo apt install "
-            "python3-numpy`) and provision with --system-site-packages")),
-        Step(f"upload TVM runtime ({arch} bundle, {len(archive) / 2**20:.1f} MiB)",
-             check=f"test \"$(cat {q(runtime)}/.digest 2>/dev/null)\" = {digest}",
-             upload=(archive, f"{p['root']}/runtime.tar.gz"),
-             command=f"rm -rf {q(runtime)} && mkdir -p {q(runtime)} && tar -xzf {q(p['root'])}/runtime.tar.gz -C "
-                     f"{q(runtime)} && echo {digest} > {q(runtime)}/.digest && rm {q(p['root'])}/runtime.tar.gz",
-             note=f"tvm {info['tvm']}, cross-built here, sha256 {digest}"),
-        Step("link TVM runtime into the venv", check=has_tvm,
-             command=f"echo {q(runtime)}/python > {site}/edgetune-runtime.pth"),
-    ]
-
-
-MEMORY_PROBE = ("import sys; m = dict(l.split(':', 1) for l in open('/proc/meminfo')); "
-                "free = int(m.get('MemAvailable', m['MemFree']).split()[0]) // 1024\n"
-                "for lim, use in (('/sys/fs/cgroup/memory/memory.limit_in_bytes', "
-                "'/sys/fs/cgroup/memory/memory.usage_in_bytes'), ('/sys/fs/cgroup/memory.max', "
-                "'/sys/fs/cgroup/memory.current')):\n"
-                " try: cap = open(lim).read().strip(); used = int(open(use).read())\n"
-                " except OSError: continue\n"
-                " if cap.isdigit() and int(cap) < 1 << 50: free = min(free, (int(cap) - used) >> 20)\n"
-                "print(free); sys.exit(free < {need})")
-"""Python run on the board: its free memory in MiB (``MemAvailable``, or what its memory cgroup leaves, whichever
-is less); exits 1 below ``need``."""
-
-
-def _memory_step(entry: BoardEntry, p: dict[str, str]) -> Step:
-    """Refuse a board with too little free memory for the agent (skipped while its agent runs)."""
-    need = int(entry.profile.limits.get("agent_memory_mb", DEFAULT_AGENT_MEMORY_MB))
-    probe = shlex.quote(MEMORY_PROBE.format(need=need))
-    pid = quote(p["pid"])
-    return Step(f"free memory for the agent ({need} MiB)",
-                check=f"{{ [ -f {pid} ] && {agent_running(pid)}; }} || python3 -c {probe} >/dev/null",
-                command=f"free=$(python3 -c {probe}); printf '%s\\n' \"{entry.name} has $free MiB of memory free but "
-                        f"the agent needs {need} MiB: stop what else runs there (or free memory) and provision "
-                        "again\" >&2; exit 1")
-
-
 def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None,
                      executor: str) -> tuple[list[Step], str | None]:
     profile = entry.profile
@@ -296,7 +168,7 @@ def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None,
                + (f" (download: {want.url})" if want.url else ""))
         return [Step(f"upload bitstream {what}", note=f"NOT CACHED: add it with {fix}",
                      check=f"test -f {quote(remote)}",
-                     command=_fail(f"bitstream {what} is not cached: add it with {fix}"))], remote
+                     command=fail(f"bitstream {what} is not cached: add it with {fix}"))], remote
     digest = bitstreams.sha256_of(local)
     steps = [Step(f"upload bitstream {what}", upload=(local.read_bytes(), remote),
                   check=f"printf '%s  %s\\n' {digest} {quote(remote)} | sha256sum -c --status",
@@ -306,11 +178,6 @@ def _bitstream_steps(entry: BoardEntry, p: dict[str, str], ref: str | None,
         steps.append(Step("upload .hwh", upload=(hwh.read_bytes(), remote.rsplit(".", 1)[0] + ".hwh"),
                           check=f"test -f {quote(remote.rsplit('.', 1)[0] + '.hwh')}"))
     return steps, remote
-
-
-def _fail(message: str) -> str:
-    """Shell: print ``message`` (any characters, quoted) to stderr and fail the step."""
-    return f"printf '%s\\n' {shlex.quote(message)} >&2; exit 1"
 
 
 def agent_command(entry: BoardEntry, opts: ProvisionOptions, py: str, p: dict[str, str],
@@ -355,12 +222,12 @@ def make_plan(entry: BoardEntry, opts: ProvisionOptions) -> Plan:
              note=f"toolkit subset, digest {digest}"),
     ]
     if "agent_memory_mb" in profile.limits:
-        steps.insert(0, _memory_step(entry, p))
+        steps.insert(0, memory_step(entry, p))
     if not opts.python:
         flag = " --system-site-packages" if opts.system_site_packages else ""
         steps.append(Step("virtualenv", check=f"test -x {q(py)}",
                           command=f"python3 -m venv{flag} {q(p['venv'])}"))
-    steps += _runtime_steps(entry, opts, py, p)
+    steps += runtime_steps(entry, opts.python, opts.runtime_path, py, p)
     executor = executor_of(entry, opts)
     bit_steps, remote_bit = _bitstream_steps(entry, p, opts.bitstream, executor)
     steps += bit_steps

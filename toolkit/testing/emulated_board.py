@@ -4,7 +4,7 @@ Two images: ``aarch64`` (a Raspberry Pi 4, ZCU102 or Ultra96: Debian's packages 
 ``apache-tvm`` wheel from PyPI) and ``armv7`` (a Pynq-Z1/Z2: Debian armhf with Python and numpy from
 Debian, as a PYNQ image has them, and no TVM: PyPI has no armv7 wheel, so ``board provision`` uploads
 the runtime bundle that :mod:`toolkit.rpc.runtime_bundle` cross-builds). An image is built once per
-machine with ``mmdebstrap`` and cached under
+machine with ``mmdebstrap`` (:mod:`toolkit.testing.board_image`) and cached under
 ``$EDGETUNE_EMULATED_CACHE`` (default ``~/.cache/edgetune/emulated``) in a folder named by a hash of
 its :class:`Recipe`. A board started from it runs in its own network namespace (reached from here on a
 veth pair, ``10.213.N.2``) and its own process namespace (``tini`` is its init and reaps orphans; the
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -34,175 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from toolkit.build_lock import build_lock, remove_partial
-from toolkit.errors import EdgetuneError
+from toolkit.testing.board_image import (ARMV7, RECIPES, EmulationUnavailable, Recipe, build_image, cache_root,  # noqa: F401
+                                         ensure_binfmt, image_dir, image_info, kernel_has_binfmt, require_tools,
+                                         skip_reason, run_tool)
 
-BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-BINFMT_CONF = "/usr/lib/binfmt.d/qemu-{qemu}.conf"
-"""Debian's ``qemu-user-static`` registration line of an architecture (flag ``F``: works in a chroot)."""
-SITE = "usr/local/lib/python3.11/dist-packages"
 CGROUP_V1 = Path("/sys/fs/cgroup")
 SUBNET = "10.213"
-
-
-class EmulationUnavailable(EdgetuneError):
-    """This machine cannot run emulated boards; the message says what is missing."""
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """What an emulated board image holds; its hash names the cache folder."""
-
-    suite: str = "bookworm"
-    arch: str = "arm64"
-    mirror: str = "http://deb.debian.org/debian"
-    packages: tuple[str, ...] = ("openssh-server", "python3", "python3-venv", "ca-certificates", "procps",
-                                 "iproute2", "tini")
-    wheels: tuple[str, ...] = ("apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1", "numpy", "tornado",
-                               "psutil", "cloudpickle")
-    wheel_platforms: tuple[str, ...] = ("manylinux_2_28_aarch64", "manylinux2014_aarch64")
-    python: str = "3.11"
-    qemu: str = "aarch64"
-    machine: str = "aarch64"
-
-    @property
-    def key(self) -> str:
-        """Twelve hex digits of the recipe's SHA-256."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
-
-ARMV7 = Recipe(arch="armhf", packages=Recipe.packages + ("python3-numpy", "python3-psutil", "python3-cloudpickle"),
-               wheels=(), wheel_platforms=(), qemu="arm", machine="armv7l")
-"""The Pynq's userland: Debian armhf, numpy from Debian (a PYNQ image's numpy comes with the image too)."""
-RECIPES = {"aarch64": Recipe(), "armv7": ARMV7}
-
-
-def cache_root() -> Path:
-    """``$EDGETUNE_EMULATED_CACHE``, else ``$XDG_CACHE_HOME/edgetune/emulated`` (``~/.cache``)."""
-    if os.environ.get("EDGETUNE_EMULATED_CACHE"):
-        return Path(os.environ["EDGETUNE_EMULATED_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "edgetune" / "emulated"
-
-
-def image_dir(recipe: Recipe = Recipe()) -> Path:
-    """Where the image of ``recipe`` lives (it may not be built yet)."""
-    return cache_root() / f"{recipe.suite}-{recipe.arch}-{recipe.key}"
-
-
-def kernel_has_binfmt() -> bool:
-    """Does this kernel support ``binfmt_misc`` at all (registered or not)."""
-    try:
-        return "binfmt_misc" in Path("/proc/filesystems").read_text() or BINFMT_DIR.joinpath("status").exists()
-    except OSError:
-        return False
-
-
-def skip_reason() -> str | None:
-    """Why emulated boards are skipped here, or ``None``: only ``EDGETUNE_SKIP_EMULATED=1`` or a kernel
-    without ``binfmt_misc`` skip them; anything else missing is an error to fix."""
-    if os.environ.get("EDGETUNE_SKIP_EMULATED") == "1":
-        return "EDGETUNE_SKIP_EMULATED=1"
-    if not kernel_has_binfmt():
-        return "this kernel has no binfmt_misc (emulated aarch64 boards need it)"
-    return None
-
-
-def ensure_binfmt(qemu: str = "aarch64") -> None:
-    """Mount ``binfmt_misc`` and register Debian's ``qemu-<qemu>`` handler where they are not yet."""
-    if os.geteuid() != 0:
-        raise EmulationUnavailable("emulated boards need root (network namespaces, mounts, chroot)")
-    if not kernel_has_binfmt():
-        raise EmulationUnavailable("this kernel has no binfmt_misc: emulated aarch64 boards cannot run here")
-    if not BINFMT_DIR.joinpath("register").exists():
-        _run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT_DIR)], "mount binfmt_misc")
-    entry = BINFMT_DIR / f"qemu-{qemu}"
-    if entry.exists():
-        if entry.read_text().splitlines()[0] != "enabled":
-            entry.write_text("1")
-        return
-    conf = Path(BINFMT_CONF.format(qemu=qemu))
-    if not conf.is_file():
-        raise EmulationUnavailable("qemu-user-static is not installed (apt-get install qemu-user-static)")
-    line = next(x for x in conf.read_text().splitlines() if x.startswith(":"))
-    BINFMT_DIR.joinpath("register").write_text(line)
-
-
-def require_tools() -> None:
-    """The Debian tools the images and boards need, or one line naming the packages."""
-    missing = [pkg for tool, pkg in (("mmdebstrap", "mmdebstrap"), ("ip", "iproute2"), ("unshare", "util-linux"),
-                                     ("ssh-keygen", "openssh-client"), ("qemu-aarch64-static", "qemu-user-static"),
-                                     ("qemu-arm-static", "qemu-user-static"))
-               if shutil.which(tool) is None]
-    if missing:
-        raise EmulationUnavailable(f"missing Debian packages for emulated boards: apt-get install {' '.join(missing)}")
-
-
-def _run(argv: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
-    r = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    if r.returncode != 0:
-        tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
-        raise EmulationUnavailable(f"{what} failed (exit {r.returncode}): {tail}")
-    return r
-
-
-# -- the image ---------------------------------------------------------------------------------
-
-
-def build_image(recipe: Recipe = Recipe(), say: Callable[[str], None] = print) -> Path:
-    """Build the image of ``recipe`` unless it is cached; its folder (``rootfs/`` and ``image.json``)."""
-    target = image_dir(recipe)
-    if (target / "image.json").is_file():
-        return target
-    require_tools()
-    ensure_binfmt(recipe.qemu)
-    with build_lock(target, say):
-        if (target / "image.json").is_file():
-            return target
-        return _build(recipe, target, say)
-
-
-def _build(recipe: Recipe, target: Path, say: Callable[[str], None]) -> Path:
-    start = time.monotonic()
-    partial = target.with_name(target.name + ".partial")
-    remove_partial(partial)
-    partial.mkdir()
-    rootfs = partial / "rootfs"
-    say(f"building the {recipe.suite} {recipe.arch} userland with mmdebstrap (about 2 minutes) ...")
-    _run(["mmdebstrap", f"--arch={recipe.arch}", "--variant=minbase", "--include=" + ",".join(recipe.packages),
-          recipe.suite, str(rootfs), recipe.mirror], "mmdebstrap", timeout=3600)
-    debian_s = time.monotonic() - start
-    if recipe.wheels:
-        say(f"installing the {recipe.machine} wheels from PyPI ...")
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-               "--python-version", recipe.python, "--implementation", "cp", "--target", str(rootfs / SITE)]
-        for plat in recipe.wheel_platforms:
-            pip += ["--platform", plat]
-        _run(pip + list(recipe.wheels), f"pip install of the {recipe.machine} wheels", timeout=3600)
-    say("checking the board's python under emulation ...")
-    tvm = "tvm" if recipe.wheels else "platform as tvm"   # an armv7 image gets its TVM at provisioning
-    probe = _run(["chroot", str(rootfs), "/usr/bin/python3", "-c",
-                  f"import platform, numpy, {tvm}; print(platform.machine(), getattr(tvm, '__version__', '-'))"],
-                 "the image's python", timeout=600).stdout.split()
-    if probe[:1] != [recipe.machine]:
-        raise EmulationUnavailable(f"the image's python runs as {probe[:1]}, not {recipe.machine}")
-    size = int(_run(["du", "-sb", str(rootfs)], "du").stdout.split()[0])
-    info = {"recipe": asdict(recipe), "key": recipe.key, "tvm": probe[1], "seconds": round(time.monotonic() - start, 1),
-            "debian_seconds": round(debian_s, 1), "bytes": size}
-    (partial / "image.json").write_text(json.dumps(info, indent=1) + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    say(f"image {target.name}: {size / 2**20:.0f} MiB, built in {info['seconds']:.0f} s")
-    return target
-
-
-def image_info(recipe: Recipe = Recipe()) -> dict | None:
-    """``image.json`` of the built image, or ``None``."""
-    path = image_dir(recipe) / "image.json"
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 # -- a running board ---------------------------------------------------------------------------
@@ -338,7 +178,7 @@ def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0,
     for d in (upper / "etc/ssh", upper / "root/.ssh", scratch, merged):
         d.mkdir(parents=True, exist_ok=True)
     for key in ("client_key", "host_key"):
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"edgetune-{netns}", "-f", str(work / key)],
+        run_tool(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"edgetune-{netns}", "-f", str(work / key)],
              "ssh-keygen")
     host, board = f"{SUBNET}.{slot}.1", f"{SUBNET}.{slot}.2"
     shutil.copy(work / "host_key", upper / "etc/ssh/edgetune_host_key")
@@ -355,7 +195,7 @@ def start_board(image: Path, workdir: Path | None = None, wait_s: float = 120.0,
                  ["ip", "netns", "exec", netns, "ip", "addr", "add", f"{board}/24", "dev", ifb],
                  ["ip", "netns", "exec", netns, "ip", "link", "set", ifb, "up"],
                  ["ip", "netns", "exec", netns, "ip", "link", "set", "lo", "up"]):
-        _run(argv, " ".join(argv[:4]))
+        run_tool(argv, " ".join(argv[:4]))
     groups = _cgroup(f"edgetune-{netns}", memory_mb, cpus)
     # the board sees its own memory cgroup where a container sees it (what free memory it has)
     own = "".join(f"mkdir -p {merged}/sys/fs/cgroup/memory && mount --bind {g} {merged}/sys/fs/cgroup/memory && "
@@ -452,7 +292,7 @@ def check(image: Path, say: Callable[[str], None] = print) -> str:
         kh.write(b.known_hosts_line)
         kh.flush()
         say(f"board up at {b.address}; logging in and importing {module} on it (about 10 s under emulation) ...")
-        r = _run(["ssh", "-i", str(b.client_key), "-o", f"UserKnownHostsFile={kh.name}", "-o", "BatchMode=yes",
+        r = run_tool(["ssh", "-i", str(b.client_key), "-o", f"UserKnownHostsFile={kh.name}", "-o", "BatchMode=yes",
                   "-o", "StrictHostKeyChecking=yes", f"root@{b.address}",
                   f"python3 -c 'import platform, {module}; print(platform.machine(), {module}.__version__)'"], "ssh",
                  timeout=300)
