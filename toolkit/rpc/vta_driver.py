@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -157,8 +158,6 @@ class SimulatedVTADevice(Device):
     def program(self, bitstream: str | None) -> None:
         """Nothing to load; a named bitstream must exist (as on a board) and is remembered by its file name."""
         if bitstream:
-            import os
-
             if not os.path.isfile(bitstream):
                 raise BoardError(f"bitstream {bitstream} is not on the board; run `edgetune board provision`")
             self.bitstream = os.path.basename(bitstream)
