@@ -9,7 +9,7 @@ DEMO_DIR ?= demo-out
 
 EMULATION_PACKAGES := qemu-user-static mmdebstrap iproute2
 
-.PHONY: demo test install system-deps emulated-boards test-emulated bench pretrained clean
+.PHONY: demo test install system-deps emulated-boards test-emulated bench pretrained gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ bench: install
 # set (ResNet-18 C2-C11) only; builds the exhaustive simulator logs they learn from first (resumable, ~1 h).
 pretrained: install
 	$(PY) -m bench.pretrain
+
+# What a GPU machine needs to run edgetune's CUDA kernels and a whole-model export beside torch (docs/boards.md).
+gpu-check: install
+	rm -rf .gpu-check
+	$(PY) -m bench.gpu_check prepare .gpu-check
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

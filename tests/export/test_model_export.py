@@ -5,6 +5,7 @@ manifest and README; bad inputs."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -169,7 +170,8 @@ def test_readme_snippet_runs_with_the_tvm_runtime_alone(model_export, torch_mode
         assert not any(m == "toolkit" or m.startswith("toolkit.") for m in sys.modules), "edgetune was imported"
         np.save("out.npy", out.numpy())
     """)
-    subprocess.run([sys.executable, "-c", code], cwd=model_export, check=True, timeout=300)
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1"}   # libtvm_runtime.so alone, as on a board
+    subprocess.run([sys.executable, "-c", code], cwd=model_export, check=True, timeout=300, env=env)
     got = np.load(model_export / "out.npy")
     (model_export / "out.npy").unlink()
     with torch.no_grad():

@@ -63,7 +63,7 @@ object, where the C++ side looks for it)."""
 MIRROR = "http://deb.debian.org/debian"
 
 
-def _site(package: str) -> Path:
+def package_site(package: str) -> Path:
     spec = util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise BoardError(f"{package} is not installed here; install edgetune's dependencies (`make install`)")
@@ -84,6 +84,17 @@ def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
         errors = [x for x in (r.stderr or r.stdout).splitlines() if "error" in x.lower()] or \
             (r.stderr or r.stdout).strip().splitlines()[-3:]
         raise BoardError(f"{what} failed (exit {r.returncode}): {' | '.join(errors[:3])[:600]}")
+
+
+def copy_python(site: Path, dest: Path) -> None:
+    """Copy the Python files of the installed package at ``site`` to ``dest`` (not its web runtime, bundled
+    third-party trees, C++ sources or Cython: a board runs none of them)."""
+    for path in sorted(site.rglob("*.py")):
+        rel = path.relative_to(site)
+        if rel.parts[0] in ("web", "3rdparty", "src", "cython") or "__pycache__" in rel.parts:
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, dest / rel)
 
 
 def python_of(sysroot: Path) -> str:
@@ -126,7 +137,7 @@ def build(target: Target, *, sysroot: Path | None = None, jobs: int = 2, say: Sa
 
 def _build(target: Target, python: str, sysroot: Path | None, cxx: str, cmake: str, work: Path, out: Path,
            jobs: int, say: Say, progress: Progress | None) -> dict[str, float]:
-    ffi_site, tvm_site = _site("tvm_ffi"), _site("tvm")
+    ffi_site, tvm_site = package_site("tvm_ffi"), package_site("tvm")
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
     if sysroot is None:
@@ -207,13 +218,7 @@ def _build(target: Target, python: str, sysroot: Path | None, cxx: str, cmake: s
     say("[5/6] assembling the Python packages ...")
     py = out / "python"
     for package, site in (("tvm_ffi", ffi_site), ("tvm", tvm_site)):
-        for path in sorted(site.rglob("*.py")):
-            rel = path.relative_to(site)
-            if rel.parts[0] in ("web", "3rdparty", "src", "cython") or "__pycache__" in rel.parts:
-                continue
-            dest = py / package / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, dest)
+        copy_python(site, py / package)
     for lib, dest in ((ffi_lib / "libtvm_ffi.so", "tvm_ffi/lib"), (ffi_lib / "libtvm_ffi_testing.so", "tvm_ffi/lib"),
                       (core, "tvm_ffi"), (runtime, "tvm/lib")):
         (py / dest).mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ built-in name can be exported and run end to end. Weights and batch-norm statist
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -37,15 +39,16 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """ResNet-18 for 224x224 inputs (torchvision's layout, 1000 classes)."""
+    """ResNet-18 for 224x224 inputs (torchvision's layout, 1000 classes); ``base``: the first stage's channels
+    (64; each later stage doubles them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: int = 64) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
+        self.conv1 = nn.Conv2d(3, base, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(base)
         self.pool = nn.MaxPool2d(3, 2, 1)
-        blocks, cin = [], 64
-        for i, width in enumerate((64, 128, 256, 512)):
+        blocks, cin = [], base
+        for i, width in enumerate((base, 2 * base, 4 * base, 8 * base)):
             for j in range(2):
                 blocks.append(BasicBlock(cin, width, 2 if i > 0 and j == 0 else 1))
                 cin = width
@@ -79,10 +82,15 @@ def zoo_model(name: str, seed: int = 0) -> nn.Module:
     key = name.strip().lower().replace("-", "_")
     if key not in ZOO:
         raise WorkloadError(f"no built-in model {name!r}; built-in models: {', '.join(ZOO)}")
+    return seeded(ZOO[key], seed)
+
+
+def seeded(build: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
+    """``build()`` in eval mode, its weights and batch-norm statistics drawn from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ZOO[key]().eval()
+        model = build().eval()
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):

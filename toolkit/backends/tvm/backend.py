@@ -197,14 +197,15 @@ class TVMBackend(Backend):
         spec = model["inputs"][0]
         return (
             "## Running the model on the board (needs only the TVM runtime and numpy)\n\n"
-            "```python\nimport numpy as np, tvm\nfrom tvm import relax\n"
+            "```python\nimport numpy as np, tvm\n"
+            "from tvm.runtime.vm import VirtualMachine   # in TVM's runtime (tvm.relax needs the compiler)\n"
             f"lib = tvm.runtime.load_module(\"{model['files']['model']}\")\n"
-            f"dev = tvm.{self.device}(0)\nvm = relax.VirtualMachine(lib, dev)\n"
+            f"dev = tvm.{self.device}(0)\nvm = VirtualMachine(lib, dev)\n"
             f"x = np.zeros({tuple(spec['shape'])}, \"{spec['dtype']}\")   # the input, NCHW\n"
             "out = vm[\"main\"](tvm.runtime.tensor(x, dev))\n"
             "print(out.numpy().shape)   # a model of several outputs returns a tuple of tensors\n```\n\n"
             "The weights are inside the library. Over RPC: `remote.upload(path)`, `lib = remote.load_module(name)`, "
-            f"then `relax.VirtualMachine(lib, remote.{self.device}())`.\n")
+            f"then `VirtualMachine(lib, remote.{self.device}())`.\n")
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
