@@ -194,7 +194,8 @@ def _prepare(folder: Path, model: str, input_shape: tuple[int, int, int, int], w
             "kernel": {"signature": signature, "candidates": kernels},
             "model": {"name": model, "input_shape": list(input_shape), "export": "model",
                       "outputs": len(outputs)},
-            "python": python, "wheels": wheels, "bytes": size, "prepare_s": round(time.monotonic() - started, 1), "files": files}
+            "python": python, "wheels": wheels, "bytes": size, "prepare_s": round(time.monotonic() - started, 1),
+            "files": files}
     (folder / MANIFEST).write_text(json.dumps(info, indent=1) + "\n")
     say(f"{folder}: {len(files)} files, {size / 2**20:.1f} MiB, in {info['prepare_s']:.0f} s")
     return info
@@ -423,6 +424,9 @@ def report(r: dict[str, Any]) -> str:
         return f"{s * 1e6:,.1f}" if s is not None else "-"
 
     best, fb = k["best"] or {}, k["fallback"] or {}
+    errors = f"max error {m['max_abs_error_vs_torch_cpu']:.2g} vs torch here"
+    if "max_abs_error_vs_torch_gpu" in m:
+        errors += f", {m['max_abs_error_vs_torch_gpu']:.2g} vs torch there"
     lines = [f"GPU: {r['gpu']} ({r['arch']}; kernels built for {r['built_for']}), TVM {r['tvm']} runtime, torch "
              f"{r['torch']}, CUDA C compiled by {r['compiler']}; medians of {r['repeat']} x {r['number']} runs.", "",
              "| what | edgetune (us) | torch, cuDNN (us) | correct |", "| --- | ---: | ---: | --- |",
@@ -431,8 +435,7 @@ def report(r: dict[str, Any]) -> str:
              f"| {k['label']}: fallback config {fb.get('index', '-')} | {us(fb.get('seconds'))} | "
              f"{us(k['torch_s'])} | {fb.get('correct', '-')} |",
              f"| {m['name']} {tuple(m['input_shape'])}, whole model (fallback configs) | {us(m['tvm_s'])} | "
-             f"{us(m.get('torch_s'))} | {m['correct_vs_torch_cpu']} (max error {m['max_abs_error_vs_torch_cpu']:.2g}"
-             f" vs torch here{', ' + format(m['max_abs_error_vs_torch_gpu'], '.2g') + ' vs torch there' if 'max_abs_error_vs_torch_gpu' in m else ''}) |",
+             f"{us(m.get('torch_s'))} | {m['correct_vs_torch_cpu']} ({errors}) |",
              "", f"passed: {r['passed']}", ""]
     return "\n".join(lines)
 
