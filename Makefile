@@ -32,7 +32,8 @@ system-deps:
 	fi
 
 test: install system-deps
-	$(PY) -m pytest -q -n 2 --dist loadscope -m "not emulated"
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -n 2 --dist loadscope -m "not emulated" --durations=20
 
 # Emulated boards (Debian arm64 and armhf under qemu-user) and the armv7 TVM runtime a Pynq is provisioned with:
 # built once per machine and cached outside the repository (`python -m toolkit.testing.emulated_board path [--arch

@@ -79,7 +79,8 @@ def section(r: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
         f"| 1 (the baseline) | {one['wall_s']:.1f} | {one['records']} | {one['trials'] / one['wall_s']:.2f} | "
         f"{one['total_ms']:.2f} | 1.00x |",
-        f"| 3 | {three['wall_s']:.1f} | {three['records']} | {three['trials'] / three['wall_s']:.2f} | {three['total_ms']:.2f} | "
+        f"| 3 | {three['wall_s']:.1f} | {three['records']} | {three['trials'] / three['wall_s']:.2f} | "
+        f"{three['total_ms']:.2f} | "
         f"{one['wall_s'] / three['wall_s']:.2f}x |", "",
         f"Reading: on one board a trial takes {one['wall_s'] / one['trials']:.2f} s, mostly waiting (a session from "
         "the tracker per measurement, the agent's reply), not computing, so boards measuring at once overlap that "

@@ -87,7 +87,8 @@ def run_one(job: tuple[str, str, int, int, dict[str, Any], str]) -> dict[str, An
                     runner=CachedRunner(cache))
     best = cache.best()
     return {"layer": layer, "tuner": label, "seed": seed, "budget": budget, "options": options,
-            "history": [h if h is not None else math.inf for h in run.history], "tuner_s": run.tuner_s, "cpu_s": run.cpu_s, "stats": run.stats,
+            "history": [h if h is not None else math.inf for h in run.history], "tuner_s": run.tuner_s,
+            "cpu_s": run.cpu_s, "stats": run.stats,
             "optimum_s": best.seconds if best else None}
 
 
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=400)
     p.add_argument("--layers", default=",".join(LAYERS))
     p.add_argument("--tuners", default=" ".join(TUNERS),
-                   help='space-separated tuners, each optionally with options: "chameleon:reduction=sample,k_rule=stop"')
+                   help='space-separated tuners, each optionally with options: '
+                        '"chameleon:reduction=sample,k_rule=stop"')
     p.add_argument("--options", default="{}", help='JSON {"tuner": {option: value}} applied to that tuner')
     p.add_argument("--cache-dir", default=str(ROOT / "bench" / "out" / "tuning-cache"))
     p.add_argument("--jobs", type=int, default=2)
@@ -274,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             done[run_key(r["layer"], r["tuner"], r["seed"], r["budget"], r["options"])] = r
             sink.write(json.dumps(r) + "\n")
             sink.flush()
-            print(f"[{i}/{len(todo)}] {r['layer']} {r['tuner']} seed {r['seed']}: best {r['history'][-1] * 1e3:.3f} ms, "
-                  f"tuner {r['tuner_s']:.1f} s", flush=True)
+            print(f"[{i}/{len(todo)}] {r['layer']} {r['tuner']} seed {r['seed']}: "
+                  f"best {r['history'][-1] * 1e3:.3f} ms, tuner {r['tuner_s']:.1f} s", flush=True)
     runs = [done[run_key(*j[:5])] for j in jobs]
     summary = summarise(runs, tuners, layers, args.budget)
     text = markdown(summary, tuners, layers, args)

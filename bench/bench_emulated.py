@@ -94,6 +94,8 @@ def _markdown(result: dict[str, Any]) -> str:
         f"{f['provision_again_s']:.1f} | {f['tune_s']:.1f} ({f['tune_s'] / f['trials']:.2f}/trial) | "
         f"{f['export_s']:.1f} | {f['run_s']:.1f} | {'correct' if f['run_correct'] else 'WRONG'} "
         f"({f['run_output']}) |" for f in result["flows"])
+    header = ("| board | workload | start (s) | board check (s) | provision (s) | provision again (s) | "
+              f"tune {result['trials']} trials (s) | export (s) | run --check (s) | output |")
     return f"""{SECTION}
 
 Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.
@@ -106,7 +108,7 @@ the real CLI in a fresh process, the board's side is aarch64 Python 3.11 with th
 Image: {image['bytes'] / 2**20:.0f} MiB, built in {image['seconds']:.0f} s from an empty cache
 ({image['debian_seconds']:.0f} s of it mmdebstrap), then reused (key `{image['key']}`).
 
-| board | workload | start (s) | board check (s) | provision (s) | provision again (s) | tune {result['trials']} trials (s) | export (s) | run --check (s) | output |
+{header}
 |---|---|---|---|---|---|---|---|---|---|
 {rows}
 

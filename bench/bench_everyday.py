@@ -35,8 +35,8 @@ def measure(repeat: int) -> list[dict]:
     """Median and spread of each command's wall time over ``repeat`` fresh processes."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": f"{home}/config", "XDG_STATE_HOME": f"{home}/state",
-               "XDG_CACHE_HOME": f"{home}/cache"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": f"{home}/config",
+               "XDG_STATE_HOME": f"{home}/state", "XDG_CACHE_HOME": f"{home}/cache"}
         env.pop("EDGETUNE_INVENTORY", None)       # a new user's default inventory: not there yet
         for argv in COMMANDS:
             times = []

@@ -372,10 +372,11 @@ def reach_difference(layers: dict, pairs: set[tuple[str, str]], a: str, b: str) 
 
 
 def parents_table(layers_by_setting: dict[str, dict]) -> list[str]:
-    """Per setting, ``chameleon-ml2`` against ``ml2tuner`` and ``chameleon`` on the runs all of them and ``xgb`` share."""
+    """Per setting, ``chameleon-ml2`` against ``ml2tuner`` and ``chameleon`` on the runs all of them and ``xgb``
+    share."""
     names = ("chameleon-ml2", "ml2tuner", "chameleon")
-    lines = ["| setting | common runs | chameleon-ml2 | ml2tuner | chameleon | chameleon-ml2 - ml2tuner (paired, +- s.e.) "
-             "| beats both |", "|---|---|---|---|---|---|---|"]
+    lines = ["| setting | common runs | chameleon-ml2 | ml2tuner | chameleon "
+             "| chameleon-ml2 - ml2tuner (paired, +- s.e.) | beats both |", "|---|---|---|---|---|---|---|"]
     for setting, layers in layers_by_setting.items():
         common = run_pairs(layers, (*names, "xgb"))
         if not common:
@@ -389,7 +390,8 @@ def parents_table(layers_by_setting: dict[str, dict]) -> list[str]:
         cells = [f"{rows[n]['reach_over_budget']:.1%}, {rows[n]['invalid']:.1f} inv" for n in names]
         diff, se = reach_difference(layers, common, "chameleon-ml2", "ml2tuner")
         cells.append(f"{100 * diff:+.1f} +- {100 * se:.1f} points")
-        lines.append(f"| {setting} | {len(common)} | " + " | ".join(cells) + f" | {'yes' if faster and cleaner else 'no'}"
+        verdict = "yes" if faster and cleaner else "no"
+        lines.append(f"| {setting} | {len(common)} | " + " | ".join(cells) + f" | {verdict}"
                      f" (faster: {faster}, fewer/equal invalid: {cleaner}) |")
     return lines
 
@@ -401,8 +403,9 @@ def headline_section() -> list[str]:
         return []
     table = summarise(found)
     lines = ["", "### The same targets from the headline runs", "",
-             "The headline (`python -m bench.headline`, section \"Development set: tuners side by side (ResNet-18 C2-C11)\") ran all four "
-             "tuners with the same seeds on pynq-own (`pynq.json`) and zcu102-tvm (`zcu102.json`), through "
+             "The headline (`python -m bench.headline`, section \"Development set: tuners side by side "
+             "(ResNet-18 C2-C11)\") ran all four tuners with the same seeds on pynq-own (`pynq.json`) and "
+             "zcu102-tvm (`zcu102.json`), through "
              "`edgetune bench` (the same replay); its runs, read with this section's definitions:", "",
              "| setting | tuner | runs | invalid trials (mean/run) | fewer invalid than xgb (>= 75%) | trials to reach "
              "xgb's best / budget (mean, median; <= 12%) | / xgb's own (mean) | never reached |",

@@ -193,8 +193,9 @@ def _markdown(results: dict[str, Any], command: str) -> str:
              "process per thread count); every build's output checked against torch (relative error < 1e-3).", ""]
     for model, r in results["models"].items():
         lines += [f"**{model}**: edgetune tuned with `{r['tuner']}`, {r['budget']} trials ({r['trials_per_task']} per "
-                  f"conv shape, {r['tasks']} shapes, the template's fallback config first) in {r['tune_wall_s'] / 60:.1f} "
-                  f"min; MetaSchedule the same {r['budget']} trials over the model's conv2d tasks in "
+                  f"conv shape, {r['tasks']} shapes, the template's fallback config first) in "
+                  f"{r['tune_wall_s'] / 60:.1f} min; MetaSchedule the same {r['budget']} trials over the model's "
+                  "conv2d tasks in "
                   f"{r['metaschedule_wall_s'] / 60:.1f} min.", "",
                   "| threads | " + " | ".join(_measured(results)) + " | tuned vs torch | tuned vs MetaSchedule |",
                   "|---" * (len(_measured(results)) + 3) + "|"]
@@ -221,10 +222,10 @@ def _markdown(results: dict[str, Any], command: str) -> str:
               "lose to it. Depthwise convs (MobileNet) take TVM's default lowering in every column but torch.", ""]
     if "edgetune-untuned-apart" in _measured(results):
         lines += ["`edgetune-untuned-apart` is the untuned export with each conv's epilogue (its bias or folded "
-                  "batch-norm, the residual add, ReLU) left to TVM, which fuses those operators into elementwise kernels "
-                  "of their own (single-threaded by TVM's default CPU pipeline) that read and write the conv's output "
-                  "once more; `edgetune-untuned` computes them in the conv kernel as each output leaves the accumulator "
-                  "(the export's default).", ""]
+                  "batch-norm, the residual add, ReLU) left to TVM, which fuses those operators into elementwise "
+                  "kernels of their own (single-threaded by TVM's default CPU pipeline) that read and write the "
+                  "conv's output once more; `edgetune-untuned` computes them in the conv kernel as each output leaves "
+                  "the accumulator (the export's default).", ""]
     lines += ["CUDA: not run. No GPU was lent to the session that ran this benchmark; whole-model exports for a "
               "Jetson build (each kernel's CUDA source checked against the board's limits) but have not run on a GPU.",
               ""]

@@ -309,7 +309,8 @@ def plot(result: BenchResult, path: Path, title: str) -> None:
     ax.set_ylim(1e-4, None)
     ax.set_xlabel("trials (log scale)")
     ax.set_ylabel("mean regret: best / optimum - 1 (log scale)")
-    ax.set_title(f"{title}\nmean over each tuner's runs (its layers in brackets: compare like with like); band: ±1 s.e.;\n"
+    ax.set_title(f"{title}\nmean over each tuner's runs (its layers in brackets: compare like with like); "
+                 "band: ±1 s.e.;\n"
                  "a trial before any valid config counts 10; "
                  "regret 0 (optimum found) is below the axis", fontsize=8)
     ax.legend(fontsize=7)
@@ -445,7 +446,8 @@ def table(result: BenchResult, setting: str, split: str, board_s: float, board_s
              f"simulator logs; reference `{REFERENCE}`; board time per trial besides compiling: {board_s:.2f} s "
              f"({board_src})", "",
              "| tuner | exact optimum: trials (geomean) | vs xgb | log2 diff vs xgb (± s.e.) | reached | "
-             "to 0.5 % (median) | to 1 % (median) | mean regret | regret @10 / 25 / 50 / 100 | tuner s / trial (worst layer) | "
+             "to 0.5 % (median) | to 1 % (median) | mean regret | regret @10 / 25 / 50 / 100 | "
+             "tuner s / trial (worst layer) | "
              "board time to optimum (geomean) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for t, f in fig.items():
@@ -469,7 +471,8 @@ The figures here are measured on the **test set** (`toolkit.workloads.splits.TES
 ResNet-50, VGG-16, MobileNet v1, YOLOv3-tiny and four synthetic shapes (3x3 and 1x1, strides 1 and 2, 14x14 to
 56x56, 64 to 512 channels) that no default or option of edgetune's tuners was chosen on; those were chosen on
 the **development set**, ResNet-18 C2-C11, whose figures follow in their own sections ("Development set: tuners
-side by side" and after). The tables say how many of the 22 layers each setting ran. The shipped transfer models (`:transfer=pretrained`) were trained on the development set only;
+side by side" and after). The tables say how many of the 22 layers each setting ran. The shipped transfer models
+(`:transfer=pretrained`) were trained on the development set only;
 `ml2tuner:transfer=pretrained` is `ml2tuner+`, edgetune's default tuner; a label's options are the
 tuner's options (`prior_check=False`: without the prior check, docs/tuners.md, section transfer).
 

@@ -63,14 +63,14 @@ def build_caches(layers: list[str], hot_s: float = 30.0) -> dict[str, tuple[Task
     is left for later instead of being measured twice."""
     done: dict[str, tuple[Task, MeasurementCache, float]] = {}
     while len(done) < len(layers):
-        todo = [l for l in layers if l not in done]
-        cold = [l for l in todo if not (CACHE_DIR / f"{l}.jsonl").exists()
-                or time.time() - (CACHE_DIR / f"{l}.jsonl").stat().st_mtime > hot_s]
+        todo = [name for name in layers if name not in done]
+        cold = [name for name in todo if not (CACHE_DIR / f"{name}.jsonl").exists()
+                or time.time() - (CACHE_DIR / f"{name}.jsonl").stat().st_mtime > hot_s]
         if not cold:
             time.sleep(5)
             continue
         done[cold[0]] = build_cache(cold[0])
-    return {l: done[l] for l in layers}
+    return {name: done[name] for name in layers}
 
 
 def overhead(task: Task, cache: MeasurementCache, repeats: int = 3) -> dict[str, float]:

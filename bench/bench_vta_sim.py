@@ -73,8 +73,8 @@ def bench_speed(repeat: int) -> dict:
     functional_s = time.perf_counter() - t
     out = res.outputs["out"].reshape(packed_reference(wl, HW, inputs).shape)
     exact = bool(np.array_equal(out, packed_reference(wl, HW, inputs)))
-    return {"insns": len(prog.insns), "load": os.getloadavg()[0], "compile_sim_ms": both, "sim_ms": sim_only, "functional_s": functional_s,
-            "exact": exact}
+    return {"insns": len(prog.insns), "load": os.getloadavg()[0], "compile_sim_ms": both, "sim_ms": sim_only,
+            "functional_s": functional_s, "exact": exact}
 
 
 def bench_sweep() -> dict:

@@ -1,4 +1,5 @@
-"""Regenerate docs/benchmarks.md's "## Development set: tuners side by side (ResNet-18 C2-C11)" from ``edgetune bench`` runs.
+"""Regenerate docs/benchmarks.md's "## Development set: tuners side by side (ResNet-18 C2-C11)" from ``edgetune
+bench`` runs.
 
 Each setting is one ``edgetune bench`` command (run as a subprocess, so the tables name the
 exact command); its JSON and markdown land in ``bench/out/headline/`` and its plot in
@@ -46,7 +47,8 @@ SETTINGS: dict[str, dict] = {
 INTRO = f"""{SECTION}
 
 These are **development-set** figures (ResNet-18 C2-C11, the layers the defaults were chosen on); the
-headline is the test set above. Every tuner runs on every workload with every seed, with the same trial budget on the same board
+headline is the test set above. Every tuner runs on every workload with every seed, with the same trial budget on
+the same board
 (`edgetune bench`; the tuners take turns inside each workload/seed block). On the simulator the
 measurements are replayed from an exhaustive log of each layer's space (every config compiled and
 simulated once), which also gives the space's optimum. Columns:

@@ -170,8 +170,8 @@ def test_the_tuning_core_and_its_tuners_import_no_tvm():
 
 
 VTA_PACKAGES = ("toolkit.vta", "toolkit.backends.vta")
-VTA_IMPORTERS = ("toolkit.vta", "toolkit.backends.vta", "toolkit.rpc.agent", "toolkit.rpc.vta_driver", "toolkit.bitstreams",
-                 "toolkit.cli.vta")
+VTA_IMPORTERS = ("toolkit.vta", "toolkit.backends.vta", "toolkit.rpc.agent", "toolkit.rpc.vta_driver",
+                 "toolkit.bitstreams", "toolkit.cli.vta")
 """The VTA compiler and backend, and the only modules outside them that may import them: the board agent and the
 register-level driver (they run VTA programs on the board), the bitstream catalog, the ``edgetune vta`` commands."""
 

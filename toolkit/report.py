@@ -270,7 +270,8 @@ def plot_log_report(logs: Sequence[tuple[str, list[Record]]], top: int = 5,
     for name, recs in logs:
         cols += [k for k in (recs[0].config if recs else {}) if k not in cols]
         rows += [{"log": name, "rank": str(rank), "ms": f"{r.seconds * 1e3:.4f}", "trial": str(r.trial + 1),
-                  **{k: _knob_value(v) for k, v in r.config.items()}} for rank, r in enumerate(best_configs(recs, top), 1)]
+                  **{k: _knob_value(v) for k, v in r.config.items()}}
+                 for rank, r in enumerate(best_configs(recs, top), 1)]
     panels = 3 if network is not None else 2
     fig = plt.figure(figsize=(5.2 * panels, 4.6 + 0.22 * max(1, len(rows)) + 0.14 * len(logs)))
     gs = fig.add_gridspec(2, panels, height_ratios=(3, 0.4 + 0.22 * max(1, len(rows))))

@@ -15,7 +15,8 @@ recorded compile features, as the tuners' ``features=compile``).
 
     nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore replay --layers C2,C4,C5,C6,C8,C10 \\
         --budget 160 chameleon+ "chameleon+:rl_elite=0"
-    nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore ceiling --seeds 5 '{"loss": "rank"}' '{"loss": "reg"}'
+    nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore ceiling --seeds 5 \
+        '{"loss": "rank"}' '{"loss": "reg"}'
     nice -n 10 .venv/bin/python -m bench.explore.chameleon_explore ceiling --seeds 5 --budget 400 \
         '{"batch": 1, "draw": 100}' '{"batch": 1, "features": "compile"}'
 """

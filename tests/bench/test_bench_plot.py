@@ -39,7 +39,8 @@ def test_plot_has_one_line_per_tuner_and_the_optimum_dashed(tmp_path):
 def test_markdown_names_machine_command_date_and_every_tuner():
     md = bench_markdown(_result(), "pynq")
     assert md.startswith("### pynq")
-    for text in ("test box", "`edgetune bench ...`", "today", "| random |", "| xgb |", "| ml2tuner |", "| c | 10 | - |"):
+    for text in ("test box", "`edgetune bench ...`", "today", "| random |", "| xgb |", "| ml2tuner |",
+                 "| c | 10 | - |"):
         assert text in md
 
 

@@ -62,7 +62,8 @@ def test_resnet18_on_vta_means_c2_to_c11_and_specs_pass_through():
     names = [w.name for w in expand_workloads(["resnet18"], first_conv_on_cpu=True)]
     assert names == [f"resnet18.C{i}" for i in range(2, 12)]
     assert [w.name for w in expand_workloads(["resnet18"])][0] == "resnet18.C1"
-    wls = expand_workloads(["resnet18.C2,resnet18.C5", "conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1"], first_conv_on_cpu=True)
+    wls = expand_workloads(["resnet18.C2,resnet18.C5", "conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1"],
+                           first_conv_on_cpu=True)
     assert [w.label for w in wls][:2] == ["resnet18.C2", "resnet18.C5"] and wls[2].ci == 16
     with pytest.raises(WorkloadError):
         expand_workloads(["nonet"], first_conv_on_cpu=True)
@@ -72,8 +73,8 @@ def test_reference_must_be_benched(tmp_path):
     from toolkit.boards import resolve_board
 
     with pytest.raises(ConfigError, match="reference"):
-        run_bench(resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], first_conv_on_cpu=True), ["random"], 4, 1,
-                  reference="xgb", cache_dirs=[tmp_path])
+        run_bench(resolve_board("vta-fsim"), expand_workloads(["resnet18.C11"], first_conv_on_cpu=True), ["random"],
+                  4, 1, reference="xgb", cache_dirs=[tmp_path])
 
 
 def test_result_round_trips_through_json():

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from bench import gpu_check
+from toolkit.testing.cli import one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 EM_X86_64 = 62
@@ -29,12 +30,6 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench.gpu_check", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
-
-
-def _one_line(r: subprocess.CompletedProcess) -> str:
-    assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    return r.stderr.strip()
 
 
 @pytest.mark.slow
@@ -72,9 +67,9 @@ def test_the_reference_is_the_check_model_as_torch_runs_it(prepared: Path) -> No
 
 
 @pytest.mark.slow
-def test_run_without_a_gpu_says_so_in_one_line(prepared: Path, tmp_path: Path) -> None:
+def test_run_without_a_gpu_says_so_inone_line_error(prepared: Path, tmp_path: Path) -> None:
     """Here: the runtime unpacks and imports; CUDA's runtime or the GPU is what is missing."""
-    line = _one_line(_run("run", prepared, "--out", tmp_path / "out"))
+    line = one_line_error(_run("run", prepared, "--out", tmp_path / "out"))
     assert "no libcudart.so.13" in line or "sees no GPU here" in line
     assert not (tmp_path / "out").exists()
 
@@ -85,20 +80,20 @@ def test_a_changed_or_planted_file_is_refused_before_anything_loads(prepared: Pa
     subprocess.run(["cp", "-a", str(prepared), str(copy)], check=True)
     lib = copy / gpu_check.verified(copy)["kernel"]["candidates"][0]["library"]
     lib.write_bytes(lib.read_bytes() + b"\0")
-    assert "differs from what check.json lists" in _one_line(_run("run", copy, "--out", tmp_path / "o"))
+    assert "differs from what check.json lists" in one_line_error(_run("run", copy, "--out", tmp_path / "o"))
     lib.unlink()
     lib.symlink_to(prepared / gpu_check.verified(prepared)["kernel"]["candidates"][0]["library"])
-    assert "not a plain file inside" in _one_line(_run("run", copy, "--out", tmp_path / "o"))
+    assert "not a plain file inside" in one_line_error(_run("run", copy, "--out", tmp_path / "o"))
     (copy / gpu_check.MANIFEST).write_text("{")
-    assert "is not a check manifest" in _one_line(_run("run", copy, "--out", tmp_path / "o"))
-    assert "is not a prepared check" in _one_line(_run("run", tmp_path, "--out", tmp_path / "o"))
+    assert "is not a check manifest" in one_line_error(_run("run", copy, "--out", tmp_path / "o"))
+    assert "is not a prepared check" in one_line_error(_run("run", tmp_path, "--out", tmp_path / "o"))
 
 
 def test_prepare_refuses_a_used_folder_and_a_bad_workload_and_leaves_nothing(tmp_path: Path) -> None:
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "x").write_text("")
-    assert "not an empty folder" in _one_line(_run("prepare", tmp_path / "used", "--no-wheels"))
-    assert "unknown workload" in _one_line(_run("prepare", tmp_path / "new", "--workload", "nope", "--no-wheels"))
+    assert "not an empty folder" in one_line_error(_run("prepare", tmp_path / "used", "--no-wheels"))
+    assert "unknown workload" in one_line_error(_run("prepare", tmp_path / "new", "--workload", "nope", "--no-wheels"))
     assert not (tmp_path / "new").exists()
 
 

@@ -77,7 +77,8 @@ def test_an_unknown_or_changed_host_key_is_refused(board, known_hosts):
     r = _cli("board", "check", "pi")
     assert r.exit_code != 0 and "unknown ssh host key" in r.output.lower() and "Traceback" not in r.output
     other = board.known_hosts_line.split()
-    known_hosts.write_text(f"{other[0]} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvQ2C+3ErKCJKq8e4b0eZsJdtwA1mgf8DCsA5y2bx3S\n")
+    known_hosts.write_text(f"{other[0]} ssh-ed25519 "
+                           "AAAAC3NzaC1lZDI1NTE5AAAAIBvQ2C+3ErKCJKq8e4b0eZsJdtwA1mgf8DCsA5y2bx3S\n")
     r = _cli("board", "check", "pi")
     assert r.exit_code != 0 and "changed" in r.output.lower() and "Traceback" not in r.output
 

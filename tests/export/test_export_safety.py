@@ -15,6 +15,7 @@ from toolkit.cli.app import app
 from toolkit.export import ExportError, export, load_export, sha256_file
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.tuning.session import tune
+from toolkit.testing.cli import one_line_error
 from toolkit.tuning.tuners.base import make_tuner
 from toolkit.vta.errors import ProgramFormatError
 from toolkit.vta.program import Program
@@ -45,12 +46,6 @@ def _edit_manifest(folder, change):
     m = json.loads(path.read_text())
     change(m)
     path.write_text(json.dumps(m))
-
-
-def _one_line(result) -> str:
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 @pytest.mark.parametrize("path", ["../evil.vtaprog", "/tmp/evil.vtaprog", "kernels/../../evil", "kernels//x", ""])
@@ -110,11 +105,11 @@ def test_force_replaces_an_export_but_never_another_folder(vta_export, tmp_path)
     (project / "src" / "main.js").write_text("console.log(1)\n")
     (project / "manifest.json").write_text('{"name": "my-app"}\n')
     r = cli.invoke(app, ["export", "--log", str(log), "--out", str(project), "--force"])
-    assert "not an edgetune export" in _one_line(r)
+    assert "not an edgetune export" in one_line_error(r)
     assert (project / "src" / "main.js").read_text() == "console.log(1)\n"
     (again / "notes.txt").write_text("mine\n")                # an export plus a file of the user's
     r = cli.invoke(app, ["export", "--log", str(log), "--out", str(again), "--force"])
-    assert "does not list" in _one_line(r) and (again / "notes.txt").exists()
+    assert "does not list" in one_line_error(r) and (again / "notes.txt").exists()
 
 
 def test_a_symlinked_out_folder_is_refused(vta_export, tmp_path):
@@ -122,7 +117,7 @@ def test_a_symlinked_out_folder_is_refused(vta_export, tmp_path):
     target.mkdir()
     (tmp_path / "link").symlink_to(target)
     r = cli.invoke(app, ["export", "--log", str(vta_export / "tuning-log.jsonl"), "--out", str(tmp_path / "link")])
-    assert "symlink" in _one_line(r)
+    assert "symlink" in one_line_error(r)
 
 
 def _program_with_header(vta_export, change) -> bytes:

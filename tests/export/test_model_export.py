@@ -209,7 +209,8 @@ def test_bad_model_exports_get_one_line_errors(model_file, network_log, tmp_path
     args = ["--input-shape", SHAPE, "-b", "local", "--out"]
     r = _invoke("export", "--model", f"{model_file}:no_conv", *args, tmp_path / "a")
     assert "no conv layers" in one_line_error(r)
-    r = _invoke("tune", "-w", "resnet18.C11", "-b", "vta-fsim", "-t", "random", "-n", "2", "--log", tmp_path / "v.jsonl")
+    r = _invoke("tune", "-w", "resnet18.C11", "-b", "vta-fsim", "-t", "random", "-n", "2",
+                "--log", tmp_path / "v.jsonl")
     assert r.exit_code == 0, r.output
     r = _invoke("export", "--model", f"{model_file}:make", "--log", tmp_path / "v.jsonl", *args, tmp_path / "b")
     assert "tuned on a vta board" in one_line_error(r)

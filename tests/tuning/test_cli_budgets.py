@@ -35,8 +35,8 @@ def test_more_continues_the_log_and_n_counts_the_log(tmp_path):
 
 
 def test_time_budget_stops_starting_rounds(tmp_path):
-    r = _tune("-n", "2000", "--time-budget", "1", "--json",
-              "--log", str(tmp_path / "b.jsonl"), workload="resnet18.C2")   # 2304 configs: far more than a second's worth
+    # 2304 configs: far more than a second's worth
+    r = _tune("-n", "2000", "--time-budget", "1", "--json", "--log", str(tmp_path / "b.jsonl"), workload="resnet18.C2")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["stopped"] == "time_budget" and 0 < out["trials"] < 2000

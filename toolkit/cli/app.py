@@ -19,7 +19,8 @@ UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageE
 
 
 _METAVARS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "int range": "INTEGER",
-             "float range": "FLOAT", "list[str]": "TEXT", "list[path]": "PATH", "list[Path]": "PATH", "list[int]": "INTEGER"}
+             "float range": "FLOAT", "list[str]": "TEXT", "list[path]": "PATH", "list[Path]": "PATH",
+             "list[int]": "INTEGER"}
 """Typer's ``<type>`` labels as the value names a command-line user reads (flags take no value: none)."""
 
 
@@ -147,7 +148,8 @@ for _name in _COMMANDS:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    """edgetune's own warnings (a truncated log line, a stale replay cache) as one line; others as Python prints them."""
+    """edgetune's own warnings (a truncated log line, a stale replay cache) as one line; others as Python prints
+    them."""
     if category.__module__.startswith("toolkit."):
         console.warn(str(message))
     else:

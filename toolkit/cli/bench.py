@@ -59,7 +59,8 @@ def bench(
     ctx: typer.Context,
     workloads: Annotated[list[str], typer.Option(
         "--workloads", "-w", help="Workloads: network names (resnet18 = C2..C11 on VTA boards), named layers "
-                                  "(resnet18.C2,resnet18.C5) or specs (separate specs with ';' or repeat the option).")],
+                                  "(resnet18.C2,resnet18.C5) or specs (separate specs with ';' or repeat the "
+                                  "option).")],
     tuners: Annotated[str, typer.Option("--tuners", "-t", help="Comma-separated tuner names (see `edgetune tuners`).")],
     trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Trials per run (the same budget for all).")],
     json_out: Annotated[Optional[Path], typer.Option(
@@ -143,8 +144,8 @@ def bench(
                      "seeded random warm-ups)" + (f"; at {trials} trials they do not differ: give more --trials"
                                                   if k >= trials else ""))
     if replay:
-        console.info(f"measurements replayed from the exhaustive logs in {', '.join(map(str, cache_dir or [DEFAULT_CACHE_DIR]))}"
-                     " (built once, reused by later runs)")
+        caches = ", ".join(map(str, cache_dir or [DEFAULT_CACHE_DIR]))
+        console.info(f"measurements replayed from the exhaustive logs in {caches} (built once, reused by later runs)")
     missing = [w for w, i in result.workloads.items() if i["optimum"] is None]
     if missing:
         console.info(f"optimum unknown (no exhaustive log) for {', '.join(missing)}")

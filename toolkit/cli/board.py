@@ -156,13 +156,15 @@ def provision(
     tracker: Annotated[Optional[str], typer.Option(
         help="Tracker HOST:PORT as the board reaches it (default: the one `edgetune tracker start` runs).")] = None,
     runtime_path: Annotated[Optional[Path], typer.Option(
-        "--runtime-path", help="A local TVM runtime to upload: a .whl, or a directory with python/ and build/.")] = None,
+        "--runtime-path", help="A local TVM runtime to upload: a .whl, or a directory with python/ and build/.")
+    ] = None,
     python: Annotated[Optional[str], typer.Option(
         help="Use this Python on the board (it must import tvm and numpy) instead of a virtualenv.")] = None,
     system_site_packages: Annotated[bool, typer.Option(
         "--system-site-packages", help="The virtualenv sees the board's system packages (no download when present).")
     ] = False,
-    remote_dir: Annotated[str, typer.Option(help="Directory on the board for the agent, venv and logs.")] = "~/.edgetune",
+    remote_dir: Annotated[str, typer.Option(
+        help="Directory on the board for the agent, venv and logs.")] = "~/.edgetune",
     expose: Annotated[bool, typer.Option("--expose", help="Bind the agent to all interfaces (default loopback).")
                       ] = False,
     bitstream: Annotated[Optional[str], typer.Option(

@@ -75,7 +75,8 @@ def status(cluster: ClusterOpt = None, json: JsonOpt = False) -> None:
     if not local and not address:
         console.info("no Ray node runs here (start one with `edgetune cluster start`)")
         raise typer.Exit(1)
-    console.table("nodes started here", ["role", "pid", "cluster"], [(n["role"], n["pid"], n["address"]) for n in local])
+    console.table("nodes started here", ["role", "pid", "cluster"],
+                  [(n["role"], n["pid"], n["address"]) for n in local])
     if address:
         console.table(f"cluster {address}", ["node", "address", "alive", "CPUs"],
                       [(m["node_id"], m["address"], "yes" if m["alive"] else "no", f"{m['cpus']:g}")

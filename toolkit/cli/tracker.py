@@ -17,8 +17,9 @@ app.add_typer(tracker_app, name="tracker", rich_help_panel="Boards")
 
 @tracker_app.command("start")
 def start(
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (the next free one up to PORT+10 is taken; 0: any free "
-                                                           "port).")] = service.DEFAULT_PORT,
+    port: Annotated[int, typer.Option(
+        min=0, max=65535, help="Port (the next free one up to PORT+10 is taken; 0: any free port).")
+    ] = service.DEFAULT_PORT,
     expose: Annotated[bool, typer.Option(
         "--expose", help="Bind 0.0.0.0 instead of loopback (anyone on the network can then use your boards).")] = False,
     json: JsonOpt = False,

@@ -12,7 +12,8 @@ import typer
 from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.tune_network import tune_model_command
-from toolkit.cli.options import (BoardOpt, BoardsOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt, JsonOpt,
+from toolkit.cli.options import (BoardOpt, BoardsOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt,
+                                 JsonOpt,
                                  MinRepeatMsOpt, ModelOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt,
                                  SchedulerOpt, SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt,
                                  TvmCompatOpt, VtaConfigOpt, WaitBoardOpt, board_from, check_folder,
@@ -154,8 +155,8 @@ def tune(
                 builder.close()
         bar.update(bar_id, completed=summary.trials, status=_status(summary))
     if summary.resumed >= trials:
-        console.warn(f"{log_path} already holds {summary.resumed} trials and --trials {trials} counts them: nothing was tuned; "
-                     f"pass --more N to tune N more")
+        console.warn(f"{log_path} already holds {summary.resumed} trials and --trials {trials} counts them: nothing "
+                     "was tuned; pass --more N to tune N more")
     if json:
         console.print_json({**summary.to_json(), "log": str(log_path)})
         return

@@ -26,7 +26,8 @@ BoardOpt = Annotated[str, typer.Option("--board", help="A VTA board (its [vta] p
 BiasOpt = Annotated[bool, typer.Option("--bias", help="Add a per-channel int32 bias (LOAD ACC + ALU ADD).")]
 CompatOpt = Annotated[bool, typer.Option("--tvm-compat", help="Reject schedules TVM v0.18's VTA lowering cannot "
                                                               "build (TVMCompatError).")]
-ShiftOpt = Annotated[int, typer.Option("--shift", min=0, max=31, help="Requantisation right shift of the int32 accumulator (0..31).")]
+ShiftOpt = Annotated[int, typer.Option("--shift", min=0, max=31,
+                                       help="Requantisation right shift of the int32 accumulator (0..31).")]
 
 
 def parse_config_arg(text: str) -> dict:

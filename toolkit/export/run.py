@@ -138,7 +138,8 @@ class Export:
         for k in self.kernels:
             if k.conv2d == wl:
                 return k
-        raise ExportError(f"{self.path} has no kernel for {wl.label}; it has {', '.join(k.label for k in self.kernels)}")
+        labels = ", ".join(k.label for k in self.kernels)
+        raise ExportError(f"{self.path} has no kernel for {wl.label}; it has {labels}")
 
     @property
     def backend(self) -> Any:

@@ -197,7 +197,8 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
 
 def staged(out_dir: Path, force: bool, fill: Callable[[Path], ExportManifest]) -> ExportManifest:
     """Write an export through a stage folder beside ``out_dir``: ``fill(stage)`` writes the files and returns
-    the manifest, whose ``files`` (every file of the stage, hashed) are filled in and which is written last; the stage then takes ``out_dir``'s place. An
+    the manifest, whose ``files`` (every file of the stage, hashed) are filled in and which is written last; the
+    stage then takes ``out_dir``'s place. An
     earlier export (``force``) is renamed aside first and deleted after, so a kill at any point leaves the
     old export or the new one; stage folders a killed export left beside ``out_dir`` are removed."""
     _check_out_dir(out_dir, force)

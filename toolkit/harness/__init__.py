@@ -29,6 +29,7 @@ __all__ = [
     "CHECKED_CONFIGS", "DEFAULT_CACHE_DIR", "CompileReplayBuilder", "StaleCacheWarning", "cache_path", "ensure_cache",
     "exhaustive_cache", "find_cache", "set_aside_if_stale", "stale_configs", "write_doc_section", "MODEL_LIBRARIES",
     "cpu_name", "environment", "library_versions", "MATCH_TOLERANCE", "BenchResult", "BenchRun",
-    "assign_trials_to_match", "shared_starts", "summarize", "RESUME_KEYS", "Progress", "run_bench", "run_one", "save_checkpoint",
+    "assign_trials_to_match", "shared_starts", "summarize", "RESUME_KEYS", "Progress", "run_bench", "run_one",
+    "save_checkpoint",
     "expand_workloads", "geomean", "trials_to_match",
 ]

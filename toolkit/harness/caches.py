@@ -128,7 +128,8 @@ def cache_path(task: Task, cache_dir: str | Path) -> Path:
 def ensure_cache(task: Task, cache_dirs: Sequence[str | Path], callback: Callable[[int, int], None] | None = None,
                  cluster: str | None = None) -> MeasurementCache:
     """The exhaustive cache of ``task`` from ``cache_dirs``, else measure the whole space (a ``grid``
-    log, resumable; on the Ray cluster at ``cluster`` when given) into the first directory. Only simulator boards can be enumerated; their caches
+    log, resumable; on the Ray cluster at ``cluster`` when given) into the first directory. Only simulator boards
+    can be enumerated; their caches
     are checked against the current simulator first (a stale one is set aside, :func:`stale_configs`)."""
     found = find_cache(task, cache_dirs)
     while found is not None and task.board.profile.is_simulator and set_aside_if_stale(task, found):

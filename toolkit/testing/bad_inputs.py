@@ -108,7 +108,8 @@ def run_case(case: Case, folder: Path, timeout: float = 300.0) -> Outcome:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "toolkit", *case.argv], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    changed = [rel for rel, data in before.items() if not (folder / rel).is_file() or (folder / rel).read_bytes() != data]
+    changed = [rel for rel, data in before.items()
+               if not (folder / rel).is_file() or (folder / rel).read_bytes() != data]
     return Outcome(case, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, changed)
 
 
@@ -242,11 +243,13 @@ CASES: list[Case] = [
     # -- exports ---------------------------------------------------------------------------------------------------
     Case("run: a folder that is no export", ("run", ".", "-b", "vta-fsim"), "not an edgetune export"),
     Case("run: a missing folder", ("run", "nosuch", "-b", "vta-fsim"), "not an edgetune export folder"),
-    Case("run: a manifest that is a list", ("run", "e", "-b", "vta-fsim"), "JSON object", files={"e/manifest.json": "[]"}),
+    Case("run: a manifest that is a list", ("run", "e", "-b", "vta-fsim"), "JSON object",
+         files={"e/manifest.json": "[]"}),
     Case("run: a deep manifest", ("run", "e", "-b", "vta-fsim"), "nested too deeply",
          files={"e/manifest.json": "[" * 100000 + "]" * 100000}),
     Case("run: a manifest with bad JSON", ("run", "e", "-b", "vta-fsim"), "unreadable", files={"e/manifest.json": "{"}),
-    Case("run: a manifest without kernels", ("run", "e", "-b", "vta-fsim"), "missing key", files={"e/manifest.json": "{}"}),
+    Case("run: a manifest without kernels", ("run", "e", "-b", "vta-fsim"), "missing key",
+         files={"e/manifest.json": "{}"}),
     # -- boards and the inventory ----------------------------------------------------------------------------------
     Case("board add: a name with a newline", ("board", "add", "b\n", "--type", "rpi4", "--host", "10.0.0.2"),
          "board name"),
@@ -258,7 +261,8 @@ CASES: list[Case] = [
     Case("board add: a user with a space", ("board", "add", "b", "--type", "rpi4", "--host", "10.0.0.2", "--user",
                                             "a b"), "not a login name"),
     Case("board add: a public key as --key", ("board", "add", "b", "--type", "rpi4", "--host", "10.0.0.2", "--key",
-                                              "id.pub"), "is a public key", files={"id.pub": "ssh-ed25519 AAAAC3Nz x\n"}),
+                                              "id.pub"), "is a public key",
+         files={"id.pub": "ssh-ed25519 AAAAC3Nz x\n"}),
     Case("board add: a private key others can read", ("board", "add", "b", "--type", "rpi4", "--host", "10.0.0.2",
                                                       "--key", "id"), "chmod 600",
          files={"id": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----\n"}),
@@ -356,7 +360,8 @@ CASES: list[Case] = [
          files={"L.jsonl": _log(RECORD)}, keep=("L.jsonl",)),
     Case("import-autotvm: a CPU board", ("import-autotvm", "a.log", "--board", "local", "--out", "o"),
          "imported for VTA boards", files={"a.log": ""}),
-    Case("import-autotvm: a log of another target", ("import-autotvm", "a.log", "--out", "o"), "nothing of a.log imports",
+    Case("import-autotvm: a log of another target", ("import-autotvm", "a.log", "--out", "o"),
+         "nothing of a.log imports",
          files={"a.log": json.dumps({"input": ["llvm -keys=cpu", "conv2d_NCHWc.x86", [], {}], "config": {
              "index": 1, "entity": []}, "result": [[0.001], 0, 1.0, 1], "version": 0.2}) + "\n"}),
     Case("export: --out inside an export", ("export", "--log", "L.jsonl", "--out", "ex/inner"), "lies inside",

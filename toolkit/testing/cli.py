@@ -14,11 +14,15 @@ from typing import Any
 
 
 def one_line_error(result: Any, code: int = 2) -> str:
-    """The single line a bad input must get from a ``CliRunner`` result (warnings aside): exit ``code``, no
-    traceback; returns the line."""
-    lines = [ln for ln in result.output.splitlines() if ln.strip() and not ln.startswith("warning:")]
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output and len(lines) == 1, result.output
+    """The single line a bad input must get (warnings aside): exit ``code``, no traceback; returns the line.
+    ``result``: a ``CliRunner`` result (its output) or a ``subprocess.CompletedProcess`` (its stderr)."""
+    if isinstance(result, subprocess.CompletedProcess):
+        output, exit_code = result.stderr, result.returncode
+    else:
+        output, exit_code = result.output, result.exit_code
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    assert exit_code == code, output
+    assert "Traceback" not in output and len(lines) == 1, output
     return lines[0]
 
 

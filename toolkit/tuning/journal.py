@@ -100,7 +100,8 @@ class LogHeader:
         """Task keys whose values differ from ``task`` (empty when the log belongs to it); a workload's name
         does not count (``resnet18.C4`` and its spec are one task)."""
         keys = sorted(set(self.task) | set(task))
-        same = {"workload": lambda a, b: isinstance(a, dict) and isinstance(b, dict) and workload_key(a) == workload_key(b)}
+        same = {"workload": lambda a, b: (isinstance(a, dict) and isinstance(b, dict)
+                                          and workload_key(a) == workload_key(b))}
         return [k for k in keys if _canon(self.task.get(k)) != _canon(task.get(k))
                 and not same.get(k, lambda a, b: False)(self.task.get(k), task.get(k))]
 

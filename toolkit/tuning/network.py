@@ -161,8 +161,8 @@ def tune_network(plan: TaskPlan, tasks: Sequence[Task], tuner: str | Callable[[i
     t_start = time.perf_counter()
     board = tasks[0].board
     factory = tuner if callable(tuner) else (lambda i: make_tuner(tuner, seed=seed + i, **(tuner_options or {})))
-    outcomes = [TaskOutcome(t.workload.spec(), p.count, TuneSummary(workload=t.workload.label, board=board.name, tuner="",
-                                                                  flops=t.flops))
+    outcomes = [TaskOutcome(t.workload.spec(), p.count,
+                            TuneSummary(workload=t.workload.label, board=board.name, tuner="", flops=t.flops))
                 for t, p in zip(tasks, plan.tasks)]
     summary = NetworkSummary(plan.network.name, board.name, "", scheduler.name, outcomes, list(plan.skipped),
                              log=str(log) if log else None)

@@ -110,7 +110,8 @@ def tune(task: Task, tuner: Tuner | Driver, n_trials: int, *, log: str | Path | 
     :class:`LogError`) and never measured again. ``early_stopping=K`` stops when the best has
     not improved for ``K`` trials (AutoTVM); ``time_budget_s`` stops starting new rounds once the run has
     lasted that long (``stopped="time_budget"``); ``target_seconds`` stops once the best is that fast
-    (``stopped="target"``: benchmarks that know a space's optimum stop there, nothing after it can change). Builder and runner default to the board's;
+    (``stopped="target"``: benchmarks that know a space's optimum stop there, nothing after it can change).
+    Builder and runner default to the board's;
     a :class:`~toolkit.tuning.tuners.base.Driver` (e.g. ``metaschedule``) gets the whole run through its
     ``drive(task, n_trials, log=, resume=, runner=, measure_options=, callback=)`` instead;
     ``measure_options`` defaults to timing only (no output check, as AutoTVM); pass
@@ -146,7 +147,8 @@ def tune(task: Task, tuner: Tuner | Driver, n_trials: int, *, log: str | Path | 
                           batch_size=batch_size)
         summary.tuner_s += session.start(history)
         session.run(n_trials, summary, early_stopping=early_stopping, time_budget_s=time_budget_s,
-                    started=t_start, target_seconds=target_seconds, record=record if journal is not None else None, callback=callback)
+                    started=t_start, target_seconds=target_seconds,
+                    record=record if journal is not None else None, callback=callback)
     finally:
         if journal is not None:
             journal.close()

@@ -8,8 +8,8 @@ runs on VTA as it is).
 
 >>> len(DEVELOPMENT), len(TEST) >= 20
 (10, True)
->>> split_of(parse_workload("resnet18.C5")), split_of(parse_workload("vgg16.L7")), split_of(parse_workload("resnet18.C1"))
-('development', 'test', None)
+>>> [split_of(parse_workload(name)) for name in ("resnet18.C5", "vgg16.L7", "resnet18.C1")]
+['development', 'test', None]
 """
 
 from __future__ import annotations

@@ -138,7 +138,8 @@ def test_weight_packing_configs_build_and_match_numpy(pack, tmp_path):
     t = CPUConv2dTemplate(wl, LOCAL)
     inputs = t.make_inputs(np.random.default_rng(11))
     ref = t.reference(inputs)
-    for extra in ({"parallel": "co.oh", "vec": "co", "tile_co": [2, 16]}, {"parallel": "co", "vec": "ow", "tile_co": [4, 8]}):
+    for extra in ({"parallel": "co.oh", "vec": "co", "tile_co": [2, 16]},
+                  {"parallel": "co", "vec": "ow", "tile_co": [4, 8]}):
         values = {"tile_oh": [7, 2], "tile_ow": [2, 7], "tile_ci": [2, 8], "reorder": "ci.ci.kh.kw", "acc_rows": 1,
                   "unroll_tile": 1, "auto_unroll_max_step": 0, "pack_weight": pack, **extra}
         config = t.space().get(t.space().index_of(values))
@@ -155,7 +156,8 @@ def test_weight_packing_allocates_the_blocked_weights():
     staged = {}
     for pack in PACK_WEIGHT:
         mod = t.schedule(t.space().get(t.space().index_of({**base, "pack_weight": pack})))
-        staged[pack] = tir_features.extract(tir_features.lower(mod, t.target()))["alloc_bytes_global"] - 256 * 16 * 16 * 4
+        features = tir_features.extract(tir_features.lower(mod, t.target()))
+        staged[pack] = features["alloc_bytes_global"] - 256 * 16 * 16 * 4
     assert staged == {"none": 0,                              # only the padded input
                       "root": 256 * 256 * 9 * 4,              # the whole tensor, [8, 256, 3, 3, 32]
                       "block": 256 * 9 * 32 * 4}              # one channel block's slice, per parallel task

@@ -115,7 +115,8 @@ def test_resume_counts_the_log_and_seeds_metaschedule(ms_log, tmp_path, local_rp
     log = tmp_path / "resumed.jsonl"
     shutil.copyfile(ms_log[0], log)
     task = make_task(parse_workload(WL), resolve_board("local"))
-    summary = tune(task, MetaScheduleTuner(seed=1, trials_per_iter=2, population=POPULATION), TRIALS + 2, log=log, resume=True)
+    summary = tune(task, MetaScheduleTuner(seed=1, trials_per_iter=2, population=POPULATION), TRIALS + 2, log=log,
+                   resume=True)
     assert (summary.resumed, summary.trials) == (TRIALS, TRIALS + 2)
     records = read_log(log)[1]
     assert [r.trial for r in records] == list(range(TRIALS + 2))

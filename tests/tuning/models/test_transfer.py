@@ -84,8 +84,8 @@ def test_save_and_load_give_the_same_predictions(tmp_path):
 @pytest.mark.parametrize("content", [
     "", "[1, 2]", "{\"format\": \"edgetune-transfer-model\", \"version\": 99}",
     "{\"format\": \"edgetune-transfer-model\", \"version\": 1, \"params\": {\"evil\": 1}}",
-    "{\"format\": \"edgetune-transfer-model\", \"version\": 1, \"params\": {}, \"keys\": [], \"term_keys\": [\"time.a\"],"
-    " \"coef\": [1.0], \"scale\": [1.0], \"booster\": {}}",
+    "{\"format\": \"edgetune-transfer-model\", \"version\": 1, \"params\": {}, \"keys\": [],"
+    " \"term_keys\": [\"time.a\"], \"coef\": [1.0], \"scale\": [1.0], \"booster\": {}}",
     "\x00\xff garbage",
 ])
 def test_a_hostile_model_file_is_a_one_line_error(tmp_path, content):
@@ -263,4 +263,5 @@ def test_any_edited_booster_loads_and_predicts_or_is_one_line(tmp_path):
     child.start()
     child.join()
     last = (tmp_path / "last-edit.txt").read_text() if (tmp_path / "last-edit.txt").exists() else "none"
-    assert child.exitcode == 0, f"the property failed or crashed the child (exit code {child.exitcode}); last edit {last}"
+    assert child.exitcode == 0, (f"the property failed or crashed the child (exit code {child.exitcode}); "
+                                 f"last edit {last}")

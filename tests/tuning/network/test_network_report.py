@@ -19,8 +19,8 @@ runner = CliRunner()
 
 def _network_log(path, trials: int, round_trials: int):
     """A whole-network ResNet-18 log on vta-fsim tuned through the CLI, and its records."""
-    r = runner.invoke(app, ["tune", "--model", "resnet18", "-b", "vta-fsim", "-t", "xgb", "-n", str(trials), "--round-trials",
-                            str(round_trials), "--log", str(path)])
+    r = runner.invoke(app, ["tune", "--model", "resnet18", "-b", "vta-fsim", "-t", "xgb", "-n", str(trials),
+                            "--round-trials", str(round_trials), "--log", str(path)])
     assert r.exit_code == 0, r.output
     return path, read_log(path)[1]
 

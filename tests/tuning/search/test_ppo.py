@@ -72,7 +72,10 @@ def test_agent_learns_a_planted_optimum() -> None:
 def test_rl_optimizer_returns_best_unvisited_configs() -> None:
     space = ConfigSpace([SplitKnob("a", 64), SplitKnob("b", 48), CategoricalKnob("c", [1, 2, 4])])
     opt = RLOptimizer(n_episodes=32, max_steps=50, seed=0)
-    score = lambda idx: -np.abs(space.knob_indices_array(idx) - [3, 5, 1]).sum(axis=1).astype(float)
+
+    def score(idx: np.ndarray) -> np.ndarray:
+        return -np.abs(space.knob_indices_array(idx) - [3, 5, 1]).sum(axis=1).astype(float)
+
     best = space.from_knob_indices([3, 5, 1])
     out = opt.find_maximums(space, score, 10, {best}, np.random.default_rng(0))
     assert best not in out and len(out) == len(set(out)) == 10
@@ -85,7 +88,10 @@ def test_elite_starts_search_around_the_given_configs() -> None:
     space = ConfigSpace([SplitKnob("a", 64), SplitKnob("b", 48), CategoricalKnob("c", [1, 2, 4])])
     elite = [space.from_knob_indices([0, 0, 0]), space.from_knob_indices([6, 9, 2])]
     opt = RLOptimizer(n_episodes=16, max_steps=1, seed=0, elite_share=1.0)
-    score = lambda idx: np.zeros(len(idx))
+
+    def score(idx: np.ndarray) -> np.ndarray:
+        return np.zeros(len(idx))
+
     out = opt.find_maximums(space, score, 32, set(), np.random.default_rng(0), elite=elite)
     starts = space.knob_indices_array(elite)
     for k in space.knob_indices_array(out):   # one step from an elite start: every knob within 1

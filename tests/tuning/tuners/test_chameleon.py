@@ -19,7 +19,8 @@ FAST_RL = {"episodes": 32, "max_steps": 60, "max_rounds": 60}
 
 def test_registered_under_their_names() -> None:
     assert {"chameleon", "chameleon+", "rl", "sa-as"} <= set(tuner_names())
-    assert all(tuner_class(n).name == n and TUNERS[n] is tuner_class(n) for n in ("chameleon", "chameleon+", "rl", "sa-as"))
+    assert all(tuner_class(n).name == n and TUNERS[n] is tuner_class(n)
+               for n in ("chameleon", "chameleon+", "rl", "sa-as"))
 
 
 @pytest.mark.parametrize("variant", [{}, {"reduction": "sample", "k_rule": "stop"}])

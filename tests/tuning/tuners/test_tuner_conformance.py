@@ -3,8 +3,8 @@
 One test class per name of the registry (:func:`~toolkit.tuning.tuners.base.tuner_names`), made from
 :data:`FACTORIES` where a tuner needs smaller search budgets to keep the suite fast (its algorithm
 unchanged) or a compiler to read features from; a name without an entry runs with its defaults.
-Drivers (:class:`~toolkit.tuning.tuners.base.Driver`: they run their own search loop through ``tune``) are checked in their
-backend's tests instead.
+Drivers (:class:`~toolkit.tuning.tuners.base.Driver`: they run their own search loop through ``tune``) are
+checked in their backend's tests instead.
 """
 
 from __future__ import annotations

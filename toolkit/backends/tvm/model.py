@@ -269,7 +269,8 @@ def _make_rewriter() -> type:
     def _added(other: Any, ty: Any, epilogue: Epilogue, args: list[Any]) -> tuple[Epilogue | None, list[Any]]:
         """The epilogue grown by adding ``other`` to the output (of type ``ty``, NCHW) of a kernel called with
         ``args``, and the kernel's new inputs: a float32 constant of one value per output channel (as a ``[CO]``
-        vector) as the bias when nothing or only a bias was done yet (two in a row are summed into one bias), else a float32 tensor of the output's shape as the residual when no ReLU was done."""
+        vector) as the bias when nothing or only a bias was done yet (two in a row are summed into one bias),
+        else a float32 tensor of the output's shape as the residual when no ReLU was done."""
         shape, out = _static_shape(other), _static_shape_of(ty)
         if shape is None or out is None or other.ty.dtype != "float32" or ty.dtype != "float32":
             return None, args
