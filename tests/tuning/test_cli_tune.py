@@ -69,6 +69,18 @@ def test_tuners_lists_option_tables():
     assert res.exit_code == 0 and "mutation_prob" in res.stdout
 
 
+def test_research_switches_are_listed_apart_from_the_everyday_options():
+    ml2 = json.loads(runner.invoke(app, ["tuners", "ml2tuner", "--json"]).stdout)["ml2tuner"]["options"]
+    experimental = {k for k, o in ml2.items() if o.get("experimental")}
+    assert {"use_a", "a_invalid", "a_pool", "negatives_in_p"} <= experimental
+    assert not experimental & {"plan_size", "alpha", "precision", "transfer", "prior_check"}
+    res = runner.invoke(app, ["tuners", "ml2tuner"])
+    everyday, research = res.stdout.split("experimental options")
+    assert "prior_check" in everyday and "use_a" not in everyday and "use_a" in research
+    listing = runner.invoke(app, ["tuners"]).stdout
+    assert "negatives_in_p" not in listing and "prior_check" in " ".join(listing.split())
+
+
 def _count(log: Path) -> int:
     try:
         return max(0, log.read_bytes().count(b"\n") - 1)

@@ -188,7 +188,8 @@ def tuners(
     """List the tuners (one line each), or one tuner's options (`edgetune tuners xgb`)."""
     classes = {n: tuner_class(n) for n in ([name] if name else tuner_names())}
     if name is None and not json:
-        rows = [(n, _summary(cls), ", ".join(cls.options) or "-") for n, cls in classes.items()]
+        rows = [(n, _summary(cls), ", ".join(k for k, o in cls.options.items() if not o.experimental) or "-")
+                for n, cls in classes.items()]
         console.table("tuners (one tuner's options in full: `edgetune tuners NAME`)", ["tuner", "what", "options"],
                       rows)
         return
@@ -197,7 +198,8 @@ def tuners(
             "options": {k: {"default": o.default, "type": o.type.__name__, "doc": o.doc,
                             **({"choices": list(o.choices)} if o.choices else {}),
                             **({"low": o.low} if o.low is not None else {}),
-                            **({"high": o.high} if o.high is not None else {})}
+                            **({"high": o.high} if o.high is not None else {}),
+                            **({"experimental": True} if o.experimental else {})}
                         for k, o in cls.options.items()}}
         for n, cls in classes.items()
     }
@@ -205,9 +207,14 @@ def tuners(
         console.print_json(data)
         return
     for name, d in data.items():
-        rows = [(k, o["type"], o["default"], o["doc"] + (f" (one of {o['choices']})" if "choices" in o else ""))
-                for k, o in d["options"].items()] or [("(no options)", "", "", "")]
-        console.table(f"{name}: {d['doc']}", ["option", "type", "default", "description"], rows)
+        rows = {flag: [(k, o["type"], o["default"], o["doc"] + (f" (one of {o['choices']})" if "choices" in o else ""))
+                       for k, o in d["options"].items() if o.get("experimental", False) is flag]
+                for flag in (False, True)}
+        console.table(f"{name}: {d['doc']}", ["option", "type", "default", "description"],
+                      rows[False] or [("(no options)", "", "", "")])
+        if rows[True]:
+            console.table(f"{name}: experimental options (research switches for ablations; the defaults are the "
+                          "measured ones)", ["option", "type", "default", "description"], rows[True])
 
 
 @app.command("import-autotvm", rich_help_panel="Tune")

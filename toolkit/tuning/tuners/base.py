@@ -38,6 +38,8 @@ class Option:
     low: float | None = None
     high: float | None = None
     low_open: bool = False
+    experimental: bool = False
+    """A research switch (an ablation): ``edgetune tuners NAME`` lists it apart from the everyday options."""
 
     def check(self, name: str, value: Any) -> Any:
         """Validate and coerce ``value``; :class:`ConfigError` if it does not fit."""

@@ -14,6 +14,7 @@ toolkit.errors.ConfigError: option stay_ratio=0.0 must be > 0
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from toolkit.tuning.models.cost import XGBCostModel
@@ -102,6 +103,56 @@ PLUS_OPTIONS = {
     "rl_elite_top": Option(8, "elite starts cycle through this many best measured configs", int, low=1),
 }
 """Chameleon+ settings; their defaults reproduce the reference (``chameleon``)."""
+
+
+ML2_OPTIONS = {
+    "plan_size": replace(LOOP_OPTIONS["plan_size"], default=8,
+                         doc="N: configs measured per round; all three models are refitted every round"),
+    "alpha": Option(7, "the explorer proposes (alpha + 1) * N candidates per round", int),
+    "epsilon": replace(LOOP_OPTIONS["epsilon"], default=0.0,
+                       doc="fraction of each round drawn at random (still filtered by ModelV and the compiler)"),
+    **{k: MODEL_OPTIONS[k] for k in ("loss", "max_rounds")},      # ModelP: knob features
+    **SA_OPTIONS,
+    "precision": Option(0.9, "ModelV threshold: smallest with cross-validated precision of 'valid' >= this",
+                        float, low=0, high=1, low_open=True),
+    "top_up": Option(3, "when fewer than N candidates survive the filters, the explorer proposes up to this many "
+                     "more batches, then random configs (through the same filters) fill the round", int),
+    "a_pool": Option(0, "random unmeasured configs added to each round's candidates once ModelA exists (filtered "
+                     "by ModelV, compiled and ranked by ModelA with the explorer's)", int, experimental=True),
+    "carry": Option(16, "ModelA's best compiled, unmeasured configs of earlier rounds rejoining each round's "
+                    "candidates (no new compile; filtered again by the refitted ModelV); 0 = the paper's round", int),
+    "v_explore": Option(0.25, "share of each round given to candidates ModelV rejects that compile, ModelA's best "
+                        "(exploration)", float, low=0, high=1),
+    "v_pool": Option(64, "ModelV's rejects compiled per exploration slot (the explorer's best first; 64: all of "
+                     "a round's); ModelA picks among those and the rejects compiled before", int, low=1),
+    "round_order": Option("model", "the order a round is measured in: model (all of its configs best first by "
+                          "ModelA, the exploration picks among ModelV's rejects included) or explore_last "
+                          "(ModelA's choices best first, then the exploration picks)", str,
+                          ("model", "explore_last"), experimental=True),
+    "v_hidden": Option(True, "after compiling, a second validity model on knob + compile features filters again "
+                       "(an edgetune addition; False = the paper's pipeline)", bool, experimental=True),
+    "negatives_in_p": Option(True, "compile failures found while reading features enter ModelP as throughput 0",
+                             bool, experimental=True),
+    "a_invalid": Option("zero", "invalid trials in ModelA's training set: zero (throughput 0) or drop", str,
+                        ("zero", "drop"), experimental=True),
+    "p_from_a": Option("auto", "ModelP also learns ModelA's predictions for the compiled, unmeasured configs, so "
+                       "the explorer searches with what the compiler revealed: yes, no, or auto (only when ModelA "
+                       "has a time model on the compiler's time terms, as on VTA)", str, ("auto", "yes", "no")),
+    "use_a": Option(True, "rank survivors with ModelA (False: with ModelP, the ablation without hidden features)",
+                    bool, experimental=True),
+    "transfer": Option(None, "a TransferModel trained on other tasks' records, 'pretrained' (the model edgetune "
+                       "ships for the board, if any) or None (start from nothing): it ranks the first round's "
+                       "compiled configs, and ModelA learns this task's correction to its estimate (an edgetune "
+                       "addition; docs/tuners.md, section transfer)", object),
+    "prior_pool": Option(1024, "with transfer: random configs compiled and ranked by the transfer model for the "
+                         "first round", int),
+    "prior_check": Option(True, "with transfer: ModelA is also fitted without the transferred estimate, and both "
+                          "rank each round before it is measured; once the task's own model has ordered the "
+                          "measured pairs significantly better, it ranks instead (transfer that cannot hurt for "
+                          "long; docs/tuners.md, section transfer)", bool),
+}
+"""``ml2tuner``'s options (:mod:`toolkit.tuning.tuners.ml2tuner`); the ``experimental`` ones are research switches
+(ablations), listed apart by ``edgetune tuners ml2tuner``."""
 
 
 def xgb_model(params: dict[str, Any], seed: int) -> Callable[[int], XGBCostModel]:
