@@ -306,3 +306,18 @@ def test_readme_quick_start_is_make_demo_and_make_test() -> None:
     assert section, "README.md has no '## Quick start' section"
     blocks = re.findall(r"^```[^\n]*\n(.*?)^```", section.group(1), flags=re.M | re.S)
     assert [[ln.strip() for ln in b.splitlines() if ln.strip()] for b in blocks] == [["make demo", "make test"]]
+
+
+TVM_SOURCES = ("topi/", "pkg_config.py")
+"""Files of TVM's and VTA's own trees that the docs cite (not files of this repository)."""
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_python_file_a_doc_names_exists(doc: Path) -> None:
+    """A backticked ``dir/file.py`` is a file of the repository (from its root, ``toolkit/`` or ``toolkit/tuning/``,
+    where docs/tuners.md's table points); a bare ``file.py`` is the name of one."""
+    names = {p.name for p in REPO.glob("[!.]*/**/*.py")} | {p.name for p in REPO.glob("*.py")}
+    missing = [path for path in re.findall(r"`([\w./-]+\.py)`", doc.read_text())
+               if not path.startswith(TVM_SOURCES) and path not in names
+               and not any((base / path).is_file() for base in (REPO, REPO / "toolkit", REPO / "toolkit/tuning"))]
+    assert not missing, f"{doc.name} names files that do not exist: {missing}"
