@@ -17,23 +17,26 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.errors": set(),
     "toolkit.child_env": set(),
     "toolkit.build_lock": set(),
+    "toolkit.files": set(),
+    "toolkit.procs": set(),
+    "toolkit.state": {"toolkit.errors", "toolkit.files"},
     "toolkit.console": {"toolkit.errors"},
     "toolkit.workloads": {"toolkit.errors"},
     "toolkit.vta": {"toolkit.errors", "toolkit.workloads"},
-    "toolkit.boards": {"toolkit.errors", "toolkit.vta"},
+    "toolkit.boards": {"toolkit.errors", "toolkit.files", "toolkit.vta"},
     "toolkit.bitstreams": {"toolkit.errors", "toolkit.boards", "toolkit.vta"},
     "toolkit.tuning": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads", "toolkit.child_env"},
     "toolkit.rpc": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.bitstreams", "toolkit.vta",
-                    "toolkit.child_env", "toolkit.build_lock"},
+                    "toolkit.child_env", "toolkit.build_lock", "toolkit.files", "toolkit.procs", "toolkit.state"},
     "toolkit.manifest": {"toolkit.errors", "toolkit.version", "toolkit.tuning", "toolkit.workloads"},
     "toolkit.backends": {"toolkit.errors", "toolkit.boards", "toolkit.bitstreams", "toolkit.workloads",
                          "toolkit.vta", "toolkit.tuning", "toolkit.rpc", "toolkit.manifest"},
     "toolkit.export": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                        "toolkit.tuning", "toolkit.backends", "toolkit.manifest"},
     "toolkit.runs": {"toolkit.errors", "toolkit.boards", "toolkit.tuning", "toolkit.backends", "toolkit.export"},
-    "toolkit.cluster": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc"},
+    "toolkit.cluster": {"toolkit.errors", "toolkit.tuning", "toolkit.procs", "toolkit.state"},
     "toolkit.harness": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
-                      "toolkit.tuning", "toolkit.backends", "toolkit.cluster"},
+                      "toolkit.tuning", "toolkit.backends", "toolkit.cluster", "toolkit.files"},
     "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.harness", "toolkit.workloads"},
     "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc", "toolkit.build_lock"},
 }
@@ -152,6 +155,19 @@ def test_every_package_imports_only_what_its_layer_allows():
     wrong = {pkg: sorted(deps - ALLOWED[pkg] - {"toolkit.version"} if pkg != "toolkit.version" else deps)
              for pkg, deps in edges.items() if pkg in ALLOWED}
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_no_package_imports_another_packages_private_names():
+    """A name that starts with ``_`` is its module's own: another package uses public names only."""
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        mod = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("toolkit."):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and _package(node.module) != _package(mod):
+                    bad.append(f"{mod} imports {', '.join(private)} from {node.module}")
+    assert bad == []
 
 
 def test_nothing_below_the_top_imports_the_facade_or_the_cli():

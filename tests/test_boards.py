@@ -138,7 +138,7 @@ def test_board_remove_forgets_the_boards_provisioning_state(tmp_path):
 
     from toolkit.cli.app import app
     from toolkit.rpc.agent_control import board_state
-    from toolkit.rpc.state import write_state
+    from toolkit.state import write_state
 
     inv = tmp_path / "inv.toml"
     cli = CliRunner()

@@ -14,10 +14,10 @@ import pytest
 
 from toolkit.boards import BoardEntry, Inventory
 from toolkit.errors import BoardError, InventoryError
-from toolkit.rpc import procs
+from toolkit import procs
 from toolkit.rpc.agent_control import stop_command
 from toolkit.rpc.service import running_tracker, stop_service
-from toolkit.rpc.state import write_state
+from toolkit.state import write_state
 
 ROOT = Path(__file__).resolve().parents[1]
 

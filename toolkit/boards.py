@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -25,6 +24,7 @@ from typing import Any, Iterator
 import tomli_w
 
 from toolkit.errors import BoardError, InventoryError
+from toolkit.files import atomic_write_text
 
 PROFILE_DIR = Path(os.environ.get("EDGETUNE_BOARDS_DIR", Path(__file__).resolve().parent.parent / "boards"))
 BUILTIN_BOARDS = ("vta-fsim", "local")
@@ -321,22 +321,6 @@ def validate_entry(entry: BoardEntry, check_key: bool = True) -> None:
     for tag in entry.tags:
         if not isinstance(tag, str) or not _NAME.fullmatch(tag):
             raise BoardError(f"tag {tag!r} must be letters, digits, '.', '_' or '-'")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from rich.progress import (
 from rich.measure import Measurement
 from rich.table import Table
 
+from toolkit.errors import one_line
+
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -56,7 +58,8 @@ def waiting(message: str) -> None:
 
 
 def _one_line(message: str) -> str:
-    return " ".join(str(message).split()).replace("[", r"\[")
+    """``message`` on one line, Rich's markup escaped."""
+    return one_line(message, limit=None).replace("[", r"\[")
 
 
 def print_json(obj: Any) -> None:

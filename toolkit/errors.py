@@ -51,7 +51,33 @@ class ClusterError(EdgetuneError):
     """A Ray cluster that cannot be started, reached or used (no Ray installed, a node refused, the head lost)."""
 
 
-def last_line(exc: BaseException) -> str:
-    """The line of a (TVM) error message that says what went wrong, at most 300 characters."""
+def error_line(exc: BaseException, *, first: bool = False) -> str:
+    r"""The line of a (TVM, compiler) error message that says what went wrong, at most 300 characters.
+
+    Default: the last line naming an ``Error`` (TVM ends its messages with the cause), else the last line.
+    ``first``: a compiler's first ``error:`` line, else the first line naming an error, else the first line.
+
+    >>> error_line(RuntimeError("Traceback:\n  frame\nValueError: bad shape\n  note"))
+    'ValueError: bad shape'
+    >>> error_line(RuntimeError("x.c: In function f\nx.c:3: error: boom\nx.c:4: error: again"), first=True)
+    'x.c:3: error: boom'
+    """
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return (next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else type(exc).__name__))[:300]
+    if not lines:
+        return type(exc).__name__
+    if first:
+        line = next((ln for ln in lines if "error:" in ln), None) or next(
+            (ln for ln in lines if "Error" in ln or "error" in ln), lines[0])
+    else:
+        line = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1])
+    return line[:300]
+
+
+def one_line(value: object, limit: int | None = 500) -> str:
+    r"""``value`` (an exception, a message) on one line: its whitespace runs made single spaces, cut at ``limit``.
+
+    >>> one_line(OSError("no\n   such file"))
+    'no such file'
+    """
+    text = " ".join(str(value).split())
+    return text if limit is None else text[:limit]

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.backends import backend_for
+from toolkit.backends.registry import tuned_profile
 from toolkit.boards import Board
 from toolkit.errors import ConfigError
-from toolkit.export.write import log_board, tuned_profile_of
 from toolkit.tuning.journal import HEADER_KEY, DuplicateRecordWarning, TruncatedLogWarning, read_log, stream_log
 from toolkit.tuning.models.transfer import log_files, transfer_model_from
 from toolkit.tuning.tuners.base import PRETRAINED, resolve_transfer, tuner_class
@@ -69,8 +69,8 @@ def _check_transfer_logs(source: str, board: Board) -> None:
         if not (isinstance(first, dict) and HEADER_KEY in first):
             continue            # a saved transfer model: it records no board
         header = read_log(log)[0]
-        _, board_type, _ = log_board(header.task)
-        tuned = tuned_profile_of(board_type, header.task, log)
+        on = header.tuned_on()
+        board_type, tuned = on.board_type, tuned_profile(on, log)
         if backend_for(tuned) is not backend:
             raise ConfigError(f"--transfer {log} was tuned on a {tuned.family} board ({board_type}); {board.name} is a "
                               f"{board.profile.family} board: pass logs tuned on {board.profile.family} boards")

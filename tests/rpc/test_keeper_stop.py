@@ -9,13 +9,13 @@ import time
 
 import psutil
 
-from toolkit.rpc.state import read_state
+from toolkit.state import read_state
 from toolkit.rpc.tunnel import running_keeper, stop_keeper
 
 STUBBORN = """
 import signal, subprocess, sys, time
-from toolkit.rpc.procs import identity
-from toolkit.rpc.state import write_state
+from toolkit.procs import identity
+from toolkit.state import write_state
 signal.signal(signal.SIGTERM, signal.SIG_IGN)            # a keeper stuck closing its tunnels
 child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                           "time.sleep(600)"])

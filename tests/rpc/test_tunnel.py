@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from toolkit.cli.app import app
 from toolkit.rpc.agent_control import call_health, wait_registered
-from toolkit.rpc.state import state_dir
+from toolkit.state import state_dir
 from toolkit.rpc.tunnel import running_keeper
 
 from .conftest import free_port

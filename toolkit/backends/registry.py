@@ -6,9 +6,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from toolkit.boards import Board, BoardProfile
+from pathlib import Path
+
+from toolkit.boards import Board, BoardProfile, load_profile
 from toolkit.errors import BoardError
 from toolkit.tuning.core.task import Task
+from toolkit.tuning.journal import TunedOn
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.networks import Network, TaskPlan
 
@@ -79,6 +82,13 @@ def network_tasks(network: Network, board: Board, *, first_conv: str = "cpu",
 def template_for(workload: Conv2dWorkload, profile: BoardProfile, **options: Any) -> Any:
     """The conv2d :class:`~toolkit.tuning.core.template.Template` of ``profile``'s family."""
     return backend_for(profile).template(workload, profile, **options)
+
+
+def tuned_profile(tuned: TunedOn, log: Path) -> BoardProfile:
+    """The profile a log was tuned with: the board type its header records (``tuned``, from
+    :meth:`~toolkit.tuning.journal.LogHeader.tuned_on`), with the hardware it records."""
+    profile = load_profile(tuned.board_type)
+    return backend_for(profile).tuned_profile(profile, tuned.hw, log)
 
 
 def make_runner(board: Board, **options: Any) -> Any:

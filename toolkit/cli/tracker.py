@@ -9,6 +9,7 @@ import typer
 from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.options import JsonOpt
+from toolkit.procs import LOOPBACK
 from toolkit.rpc import service
 
 tracker_app = typer.Typer(help="Start, stop and inspect the RPC tracker.", no_args_is_help=True)
@@ -28,7 +29,7 @@ def start(
     if expose:
         console.warn("the tracker binds 0.0.0.0: anyone who can reach this machine can request your boards "
                      "and run code on them; prefer the default (boards connect through SSH tunnels)")
-    state = service.start_service("0.0.0.0" if expose else service.LOOPBACK, port)
+    state = service.start_service("0.0.0.0" if expose else LOOPBACK, port)
     if json:
         console.print_json(state)
     elif state.get("already_running"):

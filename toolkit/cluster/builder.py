@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from toolkit.cluster.client import ClusterClient, failed_build
-from toolkit.tuning.core.builder import (Builder, BuildOutcome, FeaturesOutcome, LocalBuilder, _build_remote,
-                                         _features_remote, _warm_up, has_features_path)
+from toolkit.tuning.core.builder import (Builder, BuildOutcome, FeaturesOutcome, LocalBuilder, build_in_worker,
+                                         features_in_worker, warm_up, has_features_path)
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, Template
 
@@ -54,7 +54,7 @@ class RayBuilder(Builder):
         """Compile-time features of ``configs`` (a features-only path when the template has one), in order."""
         if not has_features_path(template):
             return [o.features if isinstance(o, Artifact) else o for o in self.build(template, configs)]
-        return self._run(_features_remote, template, configs)
+        return self._run(features_in_worker, template, configs)
 
     def close(self) -> None:
         """Stop this process's link to the cluster (the cluster keeps running)."""
@@ -63,11 +63,11 @@ class RayBuilder(Builder):
 
 def _build_chunk(template: Template, configs: list[Config]) -> list[BuildOutcome]:
     """Build ``configs`` on a worker; the artifacts travel back as bytes (their in-memory products stay there)."""
-    return [_build_remote(template, c) for c in configs]
+    return [build_in_worker(template, c) for c in configs]
 
 
 def _warm_chunk(preload: Sequence[str], _: list[Any]) -> list[None]:
-    _warm_up(preload)
+    warm_up(preload)
     return [None]
 
 

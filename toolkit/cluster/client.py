@@ -22,9 +22,8 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from toolkit.errors import ClusterError
-from toolkit.rpc.procs import SAFE_PATH, SAFE_PATH_ENV
-from toolkit.tuning.core.builder import one_line
+from toolkit.errors import ClusterError, one_line
+from toolkit.procs import SAFE_PATH, SAFE_PATH_ENV
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.space import Config
 

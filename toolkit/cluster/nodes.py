@@ -25,9 +25,8 @@ from typing import Any, Callable
 
 from toolkit.cluster import ENV_ADDRESS, require_ray
 from toolkit.errors import ClusterError
-from toolkit.rpc.procs import SAFE_PATH_ENV, identity, is_running
-from toolkit.rpc.state import remove_state, state_dir, state_lock, write_state
-from toolkit.rpc.tracker import LOOPBACK, stop_group
+from toolkit.procs import LOOPBACK, SAFE_PATH_ENV, identity, is_running, stop_group
+from toolkit.state import remove_state, state_dir, state_lock, write_state
 
 DEFAULT_PORT = 6379
 """The head's port (Ray's GCS), as Ray's own default."""

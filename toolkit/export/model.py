@@ -23,7 +23,8 @@ from toolkit.boards import Board, BoardProfile, Inventory
 from toolkit.errors import ExportError
 from toolkit.manifest import README, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
-from toolkit.export.write import log_board, _target_profile, tuned_profile_of, record_config, staged
+from toolkit.backends.registry import tuned_profile
+from toolkit.export.write import record_config, staged, target_profile
 from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_model
@@ -68,7 +69,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
     quantised on; without them it is calibrated on synthetic inputs, and the manifest says so.
     ``progress(what)`` is told what is being built.
     """
-    name, profile = _target_profile(board, inventory)
+    name, profile = target_profile(board, inventory)
     backend = backend_for(profile)
     backend.check_model_target(profile)
     best, log_files, elsewhere = _best_records(logs, profile)
@@ -119,8 +120,8 @@ def _best_records(logs: Sequence[str | Path], profile: BoardProfile
     files, elsewhere = [], []
     for log in map(Path, logs):
         header, records = stream_log(log)
-        tuned_board, tuned_type, tuned_target = log_board(header.task)
-        tuned = tuned_profile_of(tuned_type, header.task, log)
+        on = header.tuned_on()
+        tuned_type, tuned_target, tuned = on.board_type, on.target, tuned_profile(on, log)
         if backend_for(tuned) is not backend:
             raise ExportError(f"{log} was tuned on a {tuned.family} board ({tuned_type}); a model for "
                               f"{profile.name} ({profile.family}) takes logs of {profile.family} boards: drop it "
@@ -198,9 +199,9 @@ def _tuned_on(log_files: list[tuple[Path, Any]]) -> dict[str, Any]:
     """The boards the logs were tuned on (the first one's target)."""
     if not log_files:
         return {"board": None, "board_type": None, "target": None}
-    boards = [log_board(header.task) for _, header in log_files]
-    return {"board": ", ".join(dict.fromkeys(b for b, _, _ in boards)),
-            "board_type": ", ".join(dict.fromkeys(t for _, t, _ in boards)), "target": boards[0][2]}
+    boards = [header.tuned_on() for _, header in log_files]
+    return {"board": ", ".join(dict.fromkeys(b.board for b in boards)),
+            "board_type": ", ".join(dict.fromkeys(b.board_type for b in boards)), "target": boards[0].target}
 
 
 def model_readme(m: ExportManifest, backend: Any) -> str:

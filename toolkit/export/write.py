@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from toolkit.backends import backend_for
+from toolkit.backends.registry import tuned_profile
 from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
-from toolkit.errors import BoardError, EdgetuneError, LogError, WorkloadError
+from toolkit.errors import BoardError, EdgetuneError, WorkloadError
 from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
                                      KernelEntry, sha256_file)
 from toolkit.export.run import read_manifest
@@ -30,20 +31,7 @@ from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload, parse_workload
 
 
-def log_board(task: dict[str, Any]) -> tuple[str, str, Any]:
-    """(board, board type, target) of a log header's task (one task, or a network's tasks)."""
-    first = task.get("tasks", [task])[0] if task.get("tasks") else task
-    board = str(task.get("board") or first.get("board") or "")
-    board_type = first.get("board_type")
-    if not board_type:
-        try:
-            board_type = resolve_board(board).profile.name
-        except BoardError:
-            raise LogError(f"the log header names board {board!r} but no board type; pass --board TYPE") from None
-    return board, str(board_type), first.get("target")
-
-
-def _target_profile(board: str | Board | BoardProfile, inventory: Inventory | None) -> tuple[str, BoardProfile]:
+def target_profile(board: str | Board | BoardProfile, inventory: Inventory | None) -> tuple[str, BoardProfile]:
     """(name, profile) of the board (name or board type) an export is made for."""
     if isinstance(board, BoardProfile):
         return board.name, board
@@ -57,13 +45,6 @@ def _target_profile(board: str | Board | BoardProfile, inventory: Inventory | No
             return board, load_profile(board)
         except BoardError:
             raise BoardError(f"{exc}; or give a board type") from None
-
-
-def tuned_profile_of(board_type: str, task: dict[str, Any], log: Path) -> BoardProfile:
-    """The profile a log was tuned with: its board type, with the hardware its header records."""
-    profile = load_profile(board_type)
-    first = task.get("tasks", [task])[0] if task.get("tasks") else task
-    return backend_for(profile).tuned_profile(profile, first.get("hw"), log)
 
 
 class MissingKernelWarning(UserWarning):
@@ -153,14 +134,14 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
     """
     log = Path(log)
     header, records = stream_log(log)
-    tuned_board, tuned_type, tuned_target = log_board(header.task)
-    tuned_profile = tuned_profile_of(tuned_type, header.task, log)
-    name, profile = (tuned_type, tuned_profile) if board is None else _target_profile(board, inventory)
+    on = header.tuned_on()
+    tuned_type, tuned = on.board_type, tuned_profile(on, log)
+    name, profile = (tuned_type, tuned) if board is None else target_profile(board, inventory)
     backend = backend_for(profile)
-    if backend is not backend_for(tuned_profile):
-        raise ExportError(f"{log} was tuned on a {tuned_profile.family} board ({tuned_type}); it cannot be exported "
-                          f"for {name} ({profile.family}): export for a {tuned_profile.family} board")
-    backend.check_export_target(profile, tuned_profile, name, log)
+    if backend is not backend_for(tuned):
+        raise ExportError(f"{log} was tuned on a {tuned.family} board ({tuned_type}); it cannot be exported "
+                          f"for {name} ({profile.family}): export for a {tuned.family} board")
+    backend.check_export_target(profile, tuned, name, log)
     hardware = backend.hardware(profile)
     picked = _select(records, workloads, log)
 
@@ -188,7 +169,7 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
             family=profile.family, arch=profile.arch, target=_plain_target(profile), hardware=hardware,
             bitstream=backend.bitstream(profile),
             log={"file": LOG_FILE, "sha256": log_sha, "source": str(log)},
-            tuned_on={"board": tuned_board, "board_type": tuned_type, "target": tuned_target}, kernels=kernels)
+            tuned_on={"board": on.board, "board_type": on.board_type, "target": on.target}, kernels=kernels)
         (stage / README).write_text(readme(manifest, str(out_dir)))
         return manifest
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -18,6 +16,7 @@ from typing import Any, Callable, Sequence
 from toolkit.backends import backend_for, make_runner, make_task
 from toolkit.boards import Board
 from toolkit.errors import ConfigError
+from toolkit.files import atomic_write_text
 from toolkit.harness.caches import DEFAULT_CACHE_DIR, CompileReplayBuilder, ensure_cache, find_cache
 from toolkit.harness.environment import environment
 from toolkit.harness.results import MATCH_TOLERANCE, BenchResult, BenchRun, assign_trials_to_match, summarize
@@ -34,17 +33,7 @@ def save_checkpoint(path: str | Path, data: Any, **dump_options: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically (a private temporary in the same folder, then a rename):
     an interrupted bench keeps its last complete file, and a planted path is never written through.
     ``dump_options`` go to :func:`json.dump` (default ``indent=1``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, **{"indent": 1, **dump_options})
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(Path(path), json.dumps(data, **{"indent": 1, **dump_options}) + "\n")
 
 
 Progress = Callable[[str, int, int], None]

@@ -7,6 +7,6 @@
 - reaching a board: :mod:`~toolkit.rpc.ssh`, :mod:`~toolkit.rpc.tunnel`, :mod:`~toolkit.rpc.serial_console`;
 - setting one up and watching it: :mod:`~toolkit.rpc.provision`, :mod:`~toolkit.rpc.agent_control`,
   :mod:`~toolkit.rpc.board_check`, :mod:`~toolkit.rpc.board_status`;
-- bookkeeping: :mod:`~toolkit.rpc.state` (state files), :mod:`~toolkit.rpc.procs` (who a stored pid is),
+- bookkeeping: :mod:`~toolkit.state` (state files), :mod:`~toolkit.procs` (who a stored pid is),
   :mod:`~toolkit.rpc.guard` (a process group tied to its owner).
 """

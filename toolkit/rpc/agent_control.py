@@ -13,7 +13,7 @@ from typing import Callable
 
 from toolkit.errors import BoardError
 from toolkit.rpc.ssh import SSHSession, quote
-from toolkit.rpc.state import read_state, remove_state
+from toolkit.state import read_state, remove_state
 
 DEFAULT_REMOTE_DIR = "~/.edgetune"
 

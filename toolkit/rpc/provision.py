@@ -43,7 +43,7 @@ from toolkit.rpc.agent_control import (DEFAULT_REMOTE_DIR, agent_paths, agent_ru
                                        wait_registered)
 from toolkit.rpc.plan_steps import Step, fail, memory_step, runtime_steps
 from toolkit.rpc.ssh import SSHSession, quote
-from toolkit.rpc.state import write_state
+from toolkit.state import write_state
 
 REMOTE_PATH = re.compile(r"[A-Za-z0-9_/.~+-]{1,255}")
 """What a path on the board may hold: nothing a shell reads as syntax."""

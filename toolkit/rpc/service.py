@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from toolkit.errors import BoardError
-from toolkit.rpc.procs import identity, is_running
-from toolkit.rpc.state import read_state, remove_state, state_lock, write_state
-from toolkit.rpc.tracker import LOOPBACK, start_tracker, stop_group, tracker_summary
+from toolkit.procs import identity, is_running
+from toolkit.state import read_state, remove_state, state_lock, write_state
+from toolkit.procs import LOOPBACK, stop_group
+from toolkit.rpc.tracker import start_tracker, tracker_summary
 
 DEFAULT_PORT = 9190
 

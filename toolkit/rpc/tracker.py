@@ -26,60 +26,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import psutil
 
 from toolkit.errors import BoardError
 from toolkit.child_env import lean_env
-from toolkit.rpc.procs import SAFE_PATH
+from toolkit.procs import LOOPBACK, SAFE_PATH, kill_group
 
-LOOPBACK = "127.0.0.1"
 _BIND = re.compile(r"bind to \S+?:(\d+)")
-
-
-def group_alive(pgid: int) -> list[psutil.Process]:
-    """The live (non-zombie) processes of process group ``pgid``."""
-    out = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return out
-
-
-def kill_group(pgid: int, timeout: float = 5.0) -> None:
-    """SIGKILL process group ``pgid`` until none of it runs (or ``timeout``): the delivery is asynchronous,
-    and only a dead group has freed its ports."""
-    deadline = time.monotonic() + timeout
-    while group_alive(pgid) and time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.02)
-
-
-def stop_group(pgid: int, timeout: float = 10.0) -> None:
-    """Stop process group ``pgid``: SIGTERM it (the leader stops what it started), wait up to ``timeout`` for the
-    leader to exit (collecting its status if it is our child), then SIGKILL what still runs (:func:`kill_group`)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _leader_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    kill_group(pgid, timeout)
-    _leader_alive(pgid)   # reaps the leader if it is our child
-
-
-def _leader_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not; one that is our child is reaped)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _free_port(host: str) -> int:

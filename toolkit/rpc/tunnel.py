@@ -28,12 +28,11 @@ from typing import Callable
 
 import paramiko
 
-from toolkit.rpc.procs import SAFE_PATH, SAFE_PATH_ENV, identity, is_running
+from toolkit.procs import SAFE_PATH, SAFE_PATH_ENV, identity, is_running, stop_group
 from toolkit.boards import BoardEntry, Inventory
 from toolkit.errors import BoardError, EdgetuneError
 from toolkit.rpc.ssh import SSHSession, connect_board
-from toolkit.rpc.state import read_state, remove_state, write_state
-from toolkit.rpc.tracker import stop_group
+from toolkit.state import read_state, remove_state, write_state
 
 
 def _pump(a, b) -> None:
@@ -238,7 +237,7 @@ def start_keeper(name: str, tracker: tuple[str, int], agent_state: str, *, inven
 
 def read_state_dir() -> Path:
     """Where keeper state and logs live."""
-    from toolkit.rpc.state import state_dir
+    from toolkit.state import state_dir
 
     return state_dir()
 

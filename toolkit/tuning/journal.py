@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from toolkit.version import __version__
-from toolkit.errors import LogError
+from toolkit.boards import resolve_board
+from toolkit.errors import BoardError, LogError
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 
 SCHEMA_VERSION = 1
@@ -69,6 +70,18 @@ def tvm_version() -> str:
         return "none"
 
 
+@dataclass(frozen=True)
+class TunedOn:
+    """The board a log was tuned on, as its header records it."""
+
+    board: str
+    board_type: str
+    target: Any
+    """The TVM target (a dict), or ``None`` for a VTA board."""
+    hw: Any
+    """The VTA hardware config the log was tuned for (``None`` elsewhere)."""
+
+
 @dataclass
 class LogHeader:
     """The first line of a log: what was tuned, with which versions."""
@@ -95,6 +108,19 @@ class LogHeader:
             raise LogError(f"{where}: header field 'created' must be a number; fix the header or tune again")
         return cls(task=obj["task"], schema=SCHEMA_VERSION, edgetune=str(obj.get("edgetune", "?")),
                    tvm=str(obj.get("tvm", "?")), created=float(created))
+
+    def tuned_on(self) -> TunedOn:
+        """The board of the header's task (one task, or a network's tasks: the first one's target and hardware);
+        :class:`LogError` when it names a board that is not registered here and no board type."""
+        first = self.task.get("tasks", [self.task])[0] if self.task.get("tasks") else self.task
+        board = str(self.task.get("board") or first.get("board") or "")
+        board_type = first.get("board_type")
+        if not board_type:
+            try:
+                board_type = resolve_board(board).profile.name
+            except BoardError:
+                raise LogError(f"the log header names board {board!r} but no board type; pass --board TYPE") from None
+        return TunedOn(board, str(board_type), first.get("target"), first.get("hw"))
 
     def mismatch(self, task: dict[str, Any]) -> list[str]:
         """Task keys whose values differ from ``task`` (empty when the log belongs to it); a workload's name

@@ -11,7 +11,8 @@ import pytest
 
 from toolkit.boards import load_profile, resolve_board
 from toolkit.errors import BoardError, BoardGoneError
-from toolkit.rpc.tracker import ensure_local_rpc, group_alive, start_server, start_tracker, tracker_summary
+from toolkit.procs import group_alive
+from toolkit.rpc.tracker import ensure_local_rpc, start_server, start_tracker, tracker_summary
 from toolkit.backends.tvm.cpu import CPUConv2dTemplate
 from toolkit.tuning.core.result import ErrorClass
 from toolkit.backends.tvm.rpc_runner import RPCRunner, _answers

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +38,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from toolkit.boards import BoardProfile
+from toolkit.backends.tvm.link import link_library
+from toolkit.errors import error_line
 from toolkit.tuning.core.space import CategoricalKnob, Config, ConfigSpace, Knob, SplitKnob
 from toolkit.tuning.core.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
@@ -166,21 +166,7 @@ def conv2d_nchw_reference(data: np.ndarray, weight_oihw: np.ndarray, wl: Conv2dW
 def export(executable: Any, profile: BoardProfile, index: int, features: dict[str, float],
            started: float) -> Artifact:
     """Export a compiled module to a shared library linked by the profile's (cross) compiler."""
-    from tvm.support import cc
-
-    fcompile = cc.cross_compiler(profile.cross_compiler) if profile.cross_compiler else None
-    with tempfile.TemporaryDirectory(prefix="edgetune-build-") as tmp:
-        path = os.path.join(tmp, "kernel.so")
-        try:
-            if fcompile is None:
-                executable.export_library(path)
-            else:
-                executable.export_library(path, fcompile=fcompile)
-        except Exception as exc:  # noqa: BLE001 - compiler errors come back as RuntimeError
-            raise BuildError(f"linking with {profile.cross_compiler or 'the default compiler'} failed: "
-                             f"{_first_line(exc)}") from None
-        with open(path, "rb") as fh:
-            payload = fh.read()
+    payload = link_library(executable, profile.cross_compiler)
     return Artifact(index=index, kind="tvm-library", payload=payload, features=features,
                     build_s=time.perf_counter() - started)
 
@@ -247,7 +233,7 @@ class ConvTemplateBase(Template):
             with target:  # the CUDA compile callback reads the arch from the current target
                 executable = tvm.compile(mod, target=target)
         except Exception as exc:  # noqa: BLE001
-            raise BuildError(f"tvm.compile failed: {_first_line(exc)}") from None
+            raise BuildError(f"tvm.compile failed: {error_line(exc, first=True)}") from None
         return export(executable, self.profile, config.index, features, started)
 
     def verify(self, lowered: Any) -> None:
@@ -267,18 +253,10 @@ class ConvTemplateBase(Template):
         except BuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
-            raise BuildError(f"scheduling failed: {_first_line(exc)}") from None
+            raise BuildError(f"scheduling failed: {error_line(exc, first=True)}") from None
         lowered = tir_features.lower(mod, self.target())
         self.verify(lowered)
         return mod, tir_features.extract(lowered)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The most telling line of a TVM or compiler error."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    msg = next((ln for ln in lines if "error:" in ln), None) or next(
-        (ln for ln in lines if "Error" in ln or "error" in ln), lines[0] if lines else type(exc).__name__)
-    return msg[:300]
 
 
 class CPUConv2dTemplate(ConvTemplateBase):

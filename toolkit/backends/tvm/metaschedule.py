@@ -36,11 +36,13 @@ import math
 import os
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 from toolkit.boards import BoardProfile
-from toolkit.errors import ConfigError
+from toolkit.errors import ConfigError, error_line
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S, ConvTemplateBase
+from toolkit.backends.tvm.link import link_library
 from toolkit.tuning.core.builder import worker_env
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.journal import Journal, Record, open_journal
@@ -98,13 +100,8 @@ def build_module(mod: Any, target: Any, _params: Any = None) -> Any:
 
 def export_module(rt_mod: Any, compiler: str | None = None) -> str:
     """MetaSchedule ``f_export``: a shared library linked on the host by ``compiler`` (the profile's)."""
-    from tvm.support import cc
-
     path = os.path.join(tempfile.mkdtemp(prefix="edgetune-ms-"), "kernel.so")
-    if compiler:
-        rt_mod.export_library(path, fcompile=cc.cross_compiler(compiler))
-    else:
-        rt_mod.export_library(path)
+    Path(path).write_bytes(link_library(rt_mod, compiler))
     return path
 
 
@@ -158,7 +155,7 @@ def apply_trace(template: Template, trace_json: Any) -> Any:
 
 def rebuild(template: Template, config: dict[str, Any], index: int | None = None) -> Artifact:
     """Build a MetaSchedule record's config (its trace applied to the workload) into an :class:`Artifact`."""
-    from toolkit.backends.tvm.cpu import _first_line, export
+    from toolkit.backends.tvm.cpu import export
 
     if not is_trace_config(config):
         raise BuildError("not a MetaSchedule config (no 'trace')", ErrorClass.INVALID_CONFIG)
@@ -166,12 +163,12 @@ def rebuild(template: Template, config: dict[str, Any], index: int | None = None
     try:
         sch = apply_trace(template, config["trace"])
     except Exception as exc:  # noqa: BLE001 - ScheduleError / TVMError on a trace of another workload
-        raise BuildError(f"applying the MetaSchedule trace failed: {_first_line(exc)}",
+        raise BuildError(f"applying the MetaSchedule trace failed: {error_line(exc, first=True)}",
                          ErrorClass.INVALID_CONFIG) from None
     try:
         executable = build_module(sch.mod, ms_target(template.profile))
     except Exception as exc:  # noqa: BLE001
-        raise BuildError(f"building the MetaSchedule schedule failed: {_first_line(exc)}") from None
+        raise BuildError(f"building the MetaSchedule schedule failed: {error_line(exc, first=True)}") from None
     return export(executable, template.profile, -1 if index is None else index, {}, started)
 
 

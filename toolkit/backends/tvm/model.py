@@ -18,18 +18,15 @@ pooling, the classifier and every other operator go through TVM's default pipeli
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from toolkit.backends.tvm.cpu import Epilogue
+from toolkit.backends.tvm.link import link_library
 from toolkit.boards import BoardProfile
-from toolkit.errors import ExportError
+from toolkit.errors import ExportError, error_line
 from toolkit.tuning.core.space import Config
-from toolkit.tuning.core.template import BuildError
 from toolkit.workloads import Conv2dWorkload
 
 OPAQUE = 8
@@ -56,7 +53,7 @@ def relax_module(program: Any) -> Any:
             warnings.simplefilter("ignore", FutureWarning)   # torch-internal deprecations, not the user's
             mod = from_exported_program(program, keep_params_as_input=True, unwrap_unit_return_tuple=True)
     except Exception as exc:  # noqa: BLE001 - the importer raises plain errors for unsupported operators
-        raise ExportError(f"TVM's PyTorch importer cannot take this model: {_last_line(exc)}") from None
+        raise ExportError(f"TVM's PyTorch importer cannot take this model: {error_line(exc)}") from None
     mod, params = relax.frontend.detach_params(mod)
     if params.get("main"):
         names = [p.name for p in mod["main"].params][-len(params["main"]):]
@@ -121,7 +118,7 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
                 func = plan.template.schedule(plan.config, epilogue)["main"]
             except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
                 raise ExportError(f"config #{plan.config.index} of {plan.template.workload.label} does not schedule "
-                                  f"({_last_line(exc)}); tune it again") from None
+                                  f"({error_line(exc)}); tune it again") from None
             name = f"edgetune_conv{len(kernels)}"
             func = func.with_attr("global_symbol", name).with_attr("tir.is_scheduled", True)
             if not epilogue:
@@ -143,10 +140,10 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
             executable = tvm.compile(mod, target=target)
             kernels_only = tvm.compile(tvm.IRModule(alone), target=target) if alone else None
     except Exception as exc:  # noqa: BLE001
-        raise ExportError(f"TVM could not compile the model for {profile.name}: {_last_line(exc)}") from None
+        raise ExportError(f"TVM could not compile the model for {profile.name}: {error_line(exc)}") from None
     epilogues = {module: e.describe() for module, e in rewriter.epilogues.items()}
-    return (_library(executable, profile), _library(kernels_only, profile) if kernels_only else None, names,
-            epilogues)
+    kernels = link_library(kernels_only, profile.cross_compiler) if kernels_only else None
+    return link_library(executable, profile.cross_compiler), kernels, names, epilogues
 
 
 def _without_unused_kernels(mod: Any) -> Any:
@@ -156,26 +153,6 @@ def _without_unused_kernels(mod: Any) -> Any:
 
     used = {gv.name_hint for gv in relax.analysis.all_global_vars(mod["main"])} | {"main"}
     return tvm.IRModule({gv: func for gv, func in mod.functions_items() if gv.name_hint in used}, attrs=mod.attrs)
-
-
-def _library(executable: Any, profile: BoardProfile) -> bytes:
-    """The executable as a shared library, linked by the profile's (cross) compiler."""
-    from tvm.support import cc
-
-    fcompile = cc.cross_compiler(profile.cross_compiler) if profile.cross_compiler else None
-    with tempfile.TemporaryDirectory(prefix="edgetune-model-") as tmp:
-        path = os.path.join(tmp, "model.so")
-        try:
-            executable.export_library(path, **({"fcompile": fcompile} if fcompile else {}))
-        except Exception as exc:  # noqa: BLE001 - compiler errors come back as RuntimeError
-            raise BuildError(f"linking with {profile.cross_compiler or 'the default compiler'} failed: "
-                             f"{_last_line(exc)}") from None
-        return Path(path).read_bytes()
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 def _make_rewriter() -> type:

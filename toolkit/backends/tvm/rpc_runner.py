@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from toolkit.boards import Board
-from toolkit.errors import BoardError, EdgetuneError, last_line
+from toolkit.errors import BoardError, EdgetuneError, error_line
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.runner import BoardGoneError, MeasureOptions, Runner
@@ -362,7 +362,7 @@ class RPCRunner(Runner):
             raise
         except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions, failed loads
             raise BoardError(f"{stage[0]} on {self.board_name or self.where} ({self.where}) failed: "
-                             f"{last_line(exc)}") from None
+                             f"{error_line(exc)}") from None
 
     def execute(self, artifact: Artifact, inputs: list[np.ndarray], output: np.ndarray, device: str, *,
                 repeat: int = 3, timeout_s: float = 120.0) -> tuple[np.ndarray, list[float]]:

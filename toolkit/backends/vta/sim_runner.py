@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from toolkit.tuning.core.builder import one_line
+from toolkit.errors import one_line
 from toolkit.tuning.core.check import check_output
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.runner import MeasureOptions, Runner

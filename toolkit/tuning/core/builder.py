@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
 from toolkit.child_env import lean_env
+from toolkit.errors import one_line
 from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, BuildError, Template
@@ -49,7 +50,7 @@ def build_one(template: Template, config: Config) -> BuildOutcome:
     return artifact
 
 
-def _build_remote(template: Template, config: Config) -> BuildOutcome:
+def build_in_worker(template: Template, config: Config) -> BuildOutcome:
     """:func:`build_one` in a worker process: the in-memory product stays there (the payload travels)."""
     out = build_one(template, config)
     if isinstance(out, Artifact):
@@ -67,7 +68,8 @@ def features_one(template: Template, config: Config) -> FeaturesOutcome:
     return features
 
 
-def _features_remote(template: Template, configs: Sequence[Config]) -> list[FeaturesOutcome]:
+def features_in_worker(template: Template, configs: Sequence[Config]) -> list[FeaturesOutcome]:
+    """:func:`features_one` of each config, in a worker process."""
     return [features_one(template, c) for c in configs]
 
 
@@ -76,16 +78,12 @@ def has_features_path(template: Template) -> bool:
     return type(template).features is not Template.features
 
 
-def _warm_up(preload: Sequence[str]) -> None:
+def warm_up(preload: Sequence[str]) -> None:
     """Runs once per new worker: import what builds need (a no-op when the forkserver preloaded it)."""
     import importlib
 
     for name in preload:
         importlib.import_module(name)
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:500]
 
 
 WARM_UP_S = 120.0
@@ -162,7 +160,7 @@ class LocalBuilder(Builder):
                 ctx.set_forkserver_preload(list(self.preload))   # used when this process starts its forkserver
             self._pool = cf.ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=ctx)
             with worker_env():   # the forkserver and workers start here: the working folder stays off sys.path
-                cf.wait([self._pool.submit(_warm_up, self.preload) for _ in range(self.n_parallel)],
+                cf.wait([self._pool.submit(warm_up, self.preload) for _ in range(self.n_parallel)],
                         timeout=WARM_UP_S)
         return self._pool
 
@@ -200,7 +198,7 @@ class LocalBuilder(Builder):
             while (queue and len(running) < self.n_parallel and not (running and queue[0][1])
                    and not any(alone for _, alone, _ in running.values())):
                 pos, alone = queue.popleft()
-                running[pool.submit(_build_remote, template, configs[pos])] = (
+                running[pool.submit(build_in_worker, template, configs[pos])] = (
                     pos, alone, time.monotonic() + self.timeout_s)
             wait = max(0.0, min(d for _, _, d in running.values()) - time.monotonic())
             done, _ = cf.wait(running, timeout=wait, return_when=cf.FIRST_COMPLETED)
@@ -252,7 +250,7 @@ class LocalBuilder(Builder):
         pool = self._get_pool()
         n = min(self.n_parallel, len(configs))
         chunks = [list(configs[i::n]) for i in range(n)]
-        futures = [pool.submit(_features_remote, template, chunk) for chunk in chunks]
+        futures = [pool.submit(features_in_worker, template, chunk) for chunk in chunks]
         done, pending = cf.wait(futures, timeout=self.timeout_s + 0.5 * len(chunks[0]))
         if pending:
             self._kill_pool()

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from toolkit.boards import atomic_write_text
+from toolkit.files import atomic_write_text
 from toolkit.errors import EdgetuneError
 
 
