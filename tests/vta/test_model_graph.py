@@ -12,7 +12,7 @@ from toolkit.backends.vta.model import default_config
 from toolkit.errors import ExportError
 from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
-from toolkit.vta.graph import Graph, conv2d_int, execute
+from toolkit.vta.graph import Graph, execute
 from toolkit.vta.reference import conv2d_int32, run_conv2d
 from toolkit.workloads import parse_workload
 
@@ -40,12 +40,30 @@ def test_default_programs_are_unchanged_by_the_epilogue_options():
         compile_conv2d(WL, CFG, HW, acc_bias=True)
 
 
-def test_graph_conv_equals_the_vta_reference_conv():
+def _direct_conv(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tuple[int, int], groups: int
+                 ) -> np.ndarray:
+    """The convolution's definition, one output at a time in Python integers, wrapped to int32."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.zeros((n, c, h + 2 * pad[0], wd + 2 * pad[1]), np.int64)
+    xp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + wd] = x
+    oh, ow = (h + 2 * pad[0] - kh) // stride[0] + 1, (wd + 2 * pad[1] - kw) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow), np.int64)
+    for co in range(o):
+        g = co // (o // groups)
+        for y in range(oh):
+            for xx in range(ow):
+                win = xp[:, g * cg:(g + 1) * cg, y * stride[0]:y * stride[0] + kh, xx * stride[1]:xx * stride[1] + kw]
+                out[:, co, y, xx] = (win * w[co].astype(np.int64)).sum(axis=(1, 2, 3))
+    return out.astype(np.int32)
+
+
+def test_the_int_conv_is_the_convolutions_definition():
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (1, 32, 9, 7), dtype=np.int8)
-    w = rng.integers(-128, 128, (16, 32, 3, 3), dtype=np.int8)
-    for stride, pad in (((1, 1), (1, 1)), ((2, 1), (0, 2))):
-        assert np.array_equal(conv2d_int(x, w, stride, pad), conv2d_int32(x, w, stride, pad))
+    for groups, stride, pad in ((1, (1, 1), (1, 1)), (1, (2, 1), (0, 2)), (4, (1, 2), (1, 0)), (32, (1, 1), (1, 1))):
+        w = rng.integers(-128, 128, (16 if groups < 32 else 32, 32 // groups, 3, 3), dtype=np.int8)
+        assert np.array_equal(conv2d_int32(x, w, stride, pad, groups), _direct_conv(x, w, stride, pad, groups))
 
 
 def test_default_config_is_the_largest_tile_that_compiles_with_the_model_epilogue():

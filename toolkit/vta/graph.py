@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import ExportError
-from toolkit.vta.reference import requantize
+from toolkit.vta.reference import conv2d_int32, im2col, requantize
 
 OPS = ("conv", "add", "relu", "maxpool", "avgpool", "flatten", "linear")
 DEVICES = ("cpu", "vta")
@@ -255,7 +255,7 @@ def _run_cpu(layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw
     x = args[0]
     if op == "conv":
         w, b = arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"]
-        acc = conv2d_int(x.data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
+        acc = conv2d_int32(x.data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
         return Tensor(requantize(acc, b, a["shift"], relu=a["relu"], acc_bias=True), a["exp"])
     if op == "add":
         y = args[1]
@@ -283,28 +283,12 @@ def _run_cpu(layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw
     raise ExportError(f"layer {layer.name}: unknown op {op}")
 
 
-def conv2d_int(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],
-               groups: int = 1) -> np.ndarray:
-    """Exact int32 NCHW x OIHW convolution (grouped allowed): int8 products summed in float64, exact below
-    2**53, then wrapped to int32 as VTA's accumulator wraps."""
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    cols, oh, ow = _im2col(x.astype(np.float64), kh, kw, stride, pad, 0.0)   # (n, c, kh*kw, oh*ow)
-    og = o // groups
-    out = np.empty((n, o, oh * ow), np.float64)
-    for g in range(groups):
-        xs = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
-        ws = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw).astype(np.float64)
-        out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", ws, xs, optimize=True)
-    return out.astype(np.int64).astype(np.int32).reshape(n, o, oh, ow)
-
-
 def conv2d_float(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],
                  groups: int = 1) -> np.ndarray:
     """float32 NCHW x OIHW convolution plus bias (the float graph :mod:`toolkit.vta.quantize` calibrates on)."""
     n = x.shape[0]
     o, cg, kh, kw = w.shape
-    cols, oh, ow = _im2col(x.astype(np.float32), kh, kw, stride, pad, 0.0)
+    cols, oh, ow = im2col(x.astype(np.float32), kh, kw, stride, pad, 0.0)
     og = o // groups
     out = np.empty((n, o, oh * ow), np.float32)
     for g in range(groups):
@@ -312,17 +296,6 @@ def conv2d_float(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: tuple[int,
         out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", w[g * og:(g + 1) * og].reshape(og, -1), xs,
                                                 optimize=True)
     return out.reshape(n, o, oh, ow) + b.reshape(1, -1, 1, 1).astype(np.float32)
-
-
-def _im2col(x: np.ndarray, kh: int, kw: int, stride: tuple[int, int], pad: tuple[int, int], fill: float
-            ) -> tuple[np.ndarray, int, int]:
-    n, c, h, w = x.shape
-    (sh, sw), (ph, pw) = stride, pad
-    xp = np.full((n, c, h + 2 * ph, w + 2 * pw), fill, x.dtype)
-    xp[:, :, ph:ph + h, pw:pw + w] = x
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw][:, :, :oh, :ow]
-    return np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c, kh * kw, oh * ow), oh, ow
 
 
 def maxpool(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int],

@@ -90,23 +90,32 @@ def unpack_output(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
     return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3)).reshape(nb * b, cb * bo, oh, ow)
 
 
-def conv2d_int32(data: np.ndarray, weight: np.ndarray, stride: tuple[int, int], pad: tuple[int, int]) -> np.ndarray:
-    """Plain int32 NCHW x OIHW convolution (no dilation, no groups)."""
-    n, c, h, w = data.shape
-    o, _, kh, kw = weight.shape
-    sh, sw = stride
-    ph, pw = pad
-    x = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=np.int32)
-    x[:, :, ph:ph + h, pw:pw + w] = data
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (w + 2 * pw - kw) // sw + 1
-    out = np.zeros((n, o, oh, ow), dtype=np.int64)
-    w64 = weight.astype(np.int64)
-    for dy in range(kh):
-        for dx in range(kw):
-            patch = x[:, :, dy:dy + sh * (oh - 1) + 1:sh, dx:dx + sw * (ow - 1) + 1:sw].astype(np.int64)
-            out += np.einsum("nchw,oc->nohw", patch, w64[:, :, dy, dx], optimize=True)
-    return out.astype(np.int32)  # int32 wrap-around, as the accumulator
+def conv2d_int32(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],
+                 groups: int = 1) -> np.ndarray:
+    """Exact int32 NCHW x OIHW convolution of int8 data and weights (grouped allowed): the products summed in
+    float64 (BLAS), exact below 2**53, then wrapped to int32 as VTA's accumulator wraps."""
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    cols, oh, ow = im2col(x.astype(np.float64), kh, kw, stride, pad, 0.0)   # (n, c, kh*kw, oh*ow)
+    og = o // groups
+    out = np.empty((n, o, oh * ow), np.float64)
+    for g in range(groups):
+        xs = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
+        ws = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw).astype(np.float64)
+        out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", ws, xs, optimize=True)
+    return out.astype(np.int64).astype(np.int32).reshape(n, o, oh, ow)
+
+
+def im2col(x: np.ndarray, kh: int, kw: int, stride: tuple[int, int], pad: tuple[int, int], fill: float
+           ) -> tuple[np.ndarray, int, int]:
+    """The ``kh x kw`` windows of NCHW ``x`` (padded with ``fill``) as ``(n, c, kh*kw, oh*ow)``, and ``oh, ow``."""
+    n, c, h, w = x.shape
+    (sh, sw), (ph, pw) = stride, pad
+    xp = np.full((n, c, h + 2 * ph, w + 2 * pw), fill, x.dtype)
+    xp[:, :, ph:ph + h, pw:pw + w] = x
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw][:, :, :oh, :ow]
+    return np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c, kh * kw, oh * ow), oh, ow
 
 
 def conv2d_reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, shift: int,
