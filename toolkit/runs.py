@@ -9,18 +9,15 @@ The command line reads these from here; a notebook calls them the same way::
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
 
-from toolkit.backends import backend_for
-from toolkit.backends.registry import tuned_profile
+from toolkit.backends.transfer import transfer_model
 from toolkit.boards import Board
 from toolkit.errors import ConfigError
-from toolkit.tuning.journal import HEADER_KEY, DuplicateRecordWarning, TruncatedLogWarning, read_log, stream_log
-from toolkit.tuning.models.transfer import log_files, transfer_model_from
-from toolkit.tuning.tuners.base import PRETRAINED, resolve_transfer, tuner_class
+from toolkit.tuning.journal import DuplicateRecordWarning, TruncatedLogWarning, stream_log
+from toolkit.tuning.tuners.base import tuner_class
 
 
 def budget(log: Path | None, trials: int | None = None, more: int | None = None) -> tuple[int, int]:
@@ -38,45 +35,15 @@ def budget(log: Path | None, trials: int | None = None, more: int | None = None)
 
 
 def transfer_options(source: str | None, tuner: str, board: Board) -> dict[str, Any]:
-    """The tuner option ``--transfer SOURCE`` stands for: ``{}`` (the tuner's default), ``none``, ``pretrained``
-    (:class:`ConfigError` where edgetune ships no model for the board) or a model fitted on logs / loaded."""
+    """The tuner option ``--transfer SOURCE`` stands for: ``{}`` (the tuner's default), else ``{"transfer": the
+    model}`` resolved once by :func:`~toolkit.backends.transfer.transfer_model` (``none``: ``None``; ``pretrained``:
+    :class:`ConfigError` where edgetune ships no model for the board)."""
     if source is None:
         return {}
     if "transfer" not in tuner_class(tuner).options:
         raise ConfigError(f"tuner {tuner!r} does not learn from other tasks; --transfer needs ml2tuner, "
                           "ml2tuner+ or chameleon-ml2")
-    if source == "none":
-        return {"transfer": None}
-    if source == PRETRAINED:
-        if resolve_transfer(PRETRAINED, lambda: backend_for(board.profile).pretrained_transfer(board.profile)) is None:
-            raise ConfigError(f"edgetune ships no pretrained model for {board.name}; pass your own tuning logs "
-                              "(--transfer edgetune-logs/)")
-        return {"transfer": PRETRAINED}
-    _check_transfer_logs(source, board)
-    return {"transfer": transfer_model_from(source)}
-
-
-def _check_transfer_logs(source: str, board: Board) -> None:
-    """Refuse tuning logs of another hardware family, or of another VTA hardware config, as ``--transfer`` data
-    for ``board`` (their features mean other things there)."""
-    backend = backend_for(board.profile)
-    for log in log_files(source):
-        try:
-            with log.open("rb") as f:
-                first = json.loads(f.readline(1 << 20) or b"null")
-        except (OSError, ValueError, RecursionError):
-            continue            # transfer_model_from says what is wrong with it
-        if not (isinstance(first, dict) and HEADER_KEY in first):
-            continue            # a saved transfer model: it records no board
-        header = read_log(log)[0]
-        on = header.tuned_on()
-        board_type, tuned = on.board_type, tuned_profile(on, log)
-        if backend_for(tuned) is not backend:
-            raise ConfigError(f"--transfer {log} was tuned on a {tuned.family} board ({board_type}); {board.name} is a "
-                              f"{board.profile.family} board: pass logs tuned on {board.profile.family} boards")
-        if backend.hardware(tuned) != backend.hardware(board.profile):
-            raise ConfigError(f"--transfer {log} was tuned for VTA {tuned.vta.get('bitstream')} ({board_type}); "
-                              f"{board.name} has {board.profile.vta.get('bitstream')}: pass logs tuned for it")
+    return {"transfer": transfer_model(source, board)}
 
 
 def trials_in(path: Path) -> int:
