@@ -125,7 +125,7 @@ def _export(model: str, log: Path | None) -> Path:
 def _untuned_apart(model: str) -> Path:
     """The untuned export's model library built with each conv's epilogue left to TVM (``fuse=False``)."""
     from toolkit.backends import backend_for
-    from toolkit.backends.tvm.model import ConvPlan, compile_model
+    from toolkit.backends.tvm.model import compile_model
     from toolkit.boards import load_profile
     from toolkit.export.model import plan_convs
     from toolkit.workloads.extract import extract, load_model
@@ -134,10 +134,8 @@ def _untuned_apart(model: str) -> Path:
     if not lib.exists():
         profile = load_profile("local")
         loaded = load_model(model, SHAPE)
-        choices, _ = plan_convs(extract(loaded, SHAPE), backend_for(profile), profile, {})
-        library, _, _, _ = compile_model(loaded.program, profile,
-                                         [ConvPlan(c.module, c.template, c.config) for c in choices], fuse=False)
-        lib.write_bytes(library)
+        plans, _ = plan_convs(extract(loaded, SHAPE), backend_for(profile), profile, {})
+        lib.write_bytes(compile_model(loaded.program, profile, plans, fuse=False).library)
     return lib
 
 

@@ -25,6 +25,44 @@ KERNEL_DIR = "kernels"
 
 # ---- manifest -----------------------------------------------------------------------------------
 @dataclass
+class ConvPlan:
+    """What one conv of a model gets (graph order), from extraction to the built package and its manifest entry.
+
+    Planned once (:func:`toolkit.export.model.plan_convs`): the conv's ``module`` path and ``workload``, its
+    ``schedule`` (``tuned``: a record's config; ``fallback``: the template's untuned config; ``tvm``: TVM's own
+    lowering; ``cpu``: int8 in numpy on the board's CPU, VTA models) and ``why``, the ``record`` and the
+    ``template`` and ``config`` an edgetune kernel is built from (``template`` ``None``: no edgetune kernel).
+    The backend's build fills in ``kernel`` (the kernel's function, or the VTA layer, that computes it) and
+    ``epilogue`` (what that kernel also computes, in order: ``bias``, ``residual``, ``relu``)."""
+
+    module: str
+    workload: Conv2dWorkload | None
+    schedule: str
+    why: str = ""
+    record: dict[str, Any] | None = None
+    template: Any = None
+    config: Any = None
+    kernel: str | None = None
+    epilogue: list[str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The conv's entry in the manifest's ``model.convs``."""
+        return {"module": self.module, "workload": self.workload.spec() if self.workload else None,
+                "schedule": self.schedule, "why": self.why, "kernel": self.kernel, "epilogue": self.epilogue,
+                "record": self.record}
+
+
+@dataclass
+class ModelBuild:
+    """What a backend's whole-model build wrote: its ``files`` by role (``model``, ``kernels``, ``weights``,
+    ``program:<layer>``) and the ``extra`` keys of the manifest's ``model`` section (e.g. ``params``,
+    ``calibration``)."""
+
+    files: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class KernelEntry:
     """One exported workload: its best record, its files (role -> path in the folder) and signature."""
 

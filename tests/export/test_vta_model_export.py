@@ -16,6 +16,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 from toolkit.backends.vta.model import compile_vta_model
+from toolkit.manifest import ConvPlan
 from toolkit.boards import BoardEntry, Inventory, load_profile
 from toolkit.cli.app import app
 from toolkit.testing.cli import one_line_error, sim_agent
@@ -186,11 +187,12 @@ def test_a_tuned_config_that_leaves_no_room_for_the_bias_falls_back_to_the_defau
     assert isinstance(tight, Config)
     loaded = load_model(Net().eval(), (1, 16, 16, 16))
     (tmp_path / "pkg").mkdir()
-    files, kernels, extra = compile_vta_model(loaded.program, profile, [("conv", object(), tight)], tmp_path / "pkg")
-    layer = extra["vta_layers"][0]
+    plan = ConvPlan("conv", None, "tuned", template=object(), config=tight)
+    build = compile_vta_model(loaded.program, profile, [plan], tmp_path / "pkg")
+    layer = build.extra["vta_layers"][0]
     assert layer["device"] == "vta" and layer["config_index"] != tight.index
     assert "the tuned one does not fit the bias" in layer["note"]
-    assert set(files) == {"model", "weights", "program:conv"} and kernels == {"conv": "conv"}
+    assert set(build.files) == {"model", "weights", "program:conv"} and plan.kernel == "conv"
 
 
 # -- a VTA board over RPC: a real agent (simulated VTA device) on the loopback tracker ---------------

@@ -23,7 +23,7 @@ from toolkit.tuning.core.space import Config
 from toolkit.errors import ConfigError, ExportError
 from toolkit.tuning.core.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
-from toolkit.manifest import ExportManifest, KernelEntry
+from toolkit.manifest import ConvPlan, ExportManifest, KernelEntry, ModelBuild
 from toolkit.workloads.networks import Network, TaskPlan, plan_tasks
 
 if TYPE_CHECKING:
@@ -194,14 +194,11 @@ class Backend(abc.ABC):
         """The config of a model conv without a record (``None``: the model must be tuned first)."""
         return template.fallback_config()
 
-    def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
-                      folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
-                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
-        """Compile a ``torch.export`` program for ``profile`` into ``folder``, each ``(module, template, config)``
-        conv with edgetune's kernel (``template`` ``None``: :attr:`model_other_schedule`); ``calibration``:
-        inputs to quantise on, for families that run int8 models. Returns (files by role, module -> kernel
-        name, extra keys of the manifest's model section); an extra ``epilogues`` (module -> what its kernel also
-        computes) goes into each conv's entry instead."""
+    def compile_model(self, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
+                      calibration: np.ndarray | None = None, progress: Any = None) -> ModelBuild:
+        """Compile a ``torch.export`` program for ``profile`` into ``folder``, each conv as its plan says (graph
+        order; a plan without a template: :attr:`model_other_schedule`), filling in each plan's ``kernel`` and
+        ``epilogue``; ``calibration``: inputs to quantise on, for families that run int8 models."""
         raise ExportError(f"the {self.name} backend compiles no whole models")
 
     def model_readme_usage(self, manifest: ExportManifest) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import numpy as np
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory
 from toolkit.errors import ExportError
-from toolkit.manifest import README, ExportManifest, sha256_file
+from toolkit.manifest import README, ConvPlan, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
 from toolkit.backends.registry import tuned_profile
 from toolkit.export.write import record_config, staged, target_profile
@@ -31,30 +30,6 @@ from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_mod
 
 LOG_DIR = "logs"
 MODEL_KIND = "model"
-
-
-@dataclass
-class ConvChoice:
-    """What one conv of the model gets (graph order): its module path, workload, and the record or the
-    fallback config it is compiled with, or TVM's own lowering (``kernel`` ``None``, ``why`` says why)."""
-
-    module: str
-    workload: Conv2dWorkload | None
-    schedule: str
-    """``tuned`` (a record), ``fallback`` (the untuned config), ``tvm`` (TVM's lowering) or ``cpu`` (int8 in
-    numpy on the board's CPU, VTA models)."""
-    why: str = ""
-    record: dict[str, Any] | None = None
-    template: Any = None
-    config: Any = None
-    kernel: str | None = None
-    epilogue: list[str] | None = None
-    """What the model's kernel of this conv also computes, in order (``bias``, ``residual``, ``relu``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"module": self.module, "workload": self.workload.spec() if self.workload else None,
-                "schedule": self.schedule, "why": self.why, "kernel": self.kernel, "epilogue": self.epilogue,
-                "record": self.record}
 
 
 def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProfile, *,
@@ -77,16 +52,12 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
         progress("the model's graph (torch.export)")
     loaded = load_model(model, input_shape, seed=seed)
     extraction = extract(loaded, input_shape)
-    choices, unused = plan_convs(extraction, backend, profile, best)
+    plans, unused = plan_convs(extraction, backend, profile, best)
     outputs = _outputs(loaded, input_shape)
 
     def fill(stage: Path) -> ExportManifest:
-        files, kernels, extra = backend.compile_model(loaded.program, profile,
-                                                      [(c.module, c.template, c.config) for c in choices], stage,
-                                                      calibration=calibration, progress=progress)
-        epilogues = extra.pop("epilogues", {})
-        for c in choices:
-            c.kernel, c.epilogue = kernels.get(c.module), epilogues.get(c.module)
+        build = backend.compile_model(loaded.program, profile, plans, stage, calibration=calibration,
+                                      progress=progress)
         (stage / LOG_DIR).mkdir()
         copied = []
         for i, (log, _) in enumerate(log_files):
@@ -94,10 +65,12 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
             shutil.copyfile(log, stage / rel)
             copied.append({"file": rel, "sha256": sha256_file(log), "source": str(log)})
         section = {
-            "files": files, "source": {**loaded.source, "seed": seed if loaded.source["kind"] == "builtin" else None},
+            "files": build.files,
+            "source": {**loaded.source, "seed": seed if loaded.source["kind"] == "builtin" else None},
             "inputs": [{"name": _input_name(loaded), "shape": list(input_shape), "dtype": "float32"}],
             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
-            **extra, "convs": [c.to_json() for c in choices], "unused_records": unused, "tuned_elsewhere": elsewhere,
+            **build.extra, "convs": [p.to_json() for p in plans], "unused_records": unused,
+            "tuned_elsewhere": elsewhere,
             "skipped": [{"module": m, "why": why} for m, why in extraction.skipped]}
         tuned_on = _tuned_on(log_files)
         manifest = ExportManifest(
@@ -138,18 +111,18 @@ def _best_records(logs: Sequence[str | Path], profile: BoardProfile
 
 
 def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
-               best: dict[str, tuple[Record, Path]]) -> tuple[list[ConvChoice], list[dict[str, Any]]]:
-    """What each conv of the model gets, and the tuned shapes the model does not have."""
+               best: dict[str, tuple[Record, Path]]) -> tuple[list[ConvPlan], list[dict[str, Any]]]:
+    """The plan of each conv of the model (graph order), and the tuned shapes the model does not have."""
     from toolkit.tuning.journal import workload_key
 
-    choices = []
+    plans = []
     used: set[str] = set()
     for node in extraction.convs:
         layer = node.layer
         why = node.reason if layer is None else backend.model_conv_refusal(layer, profile)
         if why:
             other = backend.model_other_schedule
-            choices.append(ConvChoice(node.module, layer.workload if layer else None, other,
+            plans.append(ConvPlan(node.module, layer.workload if layer else None, other,
                                       f"{why}: " + ("TVM's default lowering" if other == "tvm" else "int8 on the CPU")))
             continue
         wl = layer.workload
@@ -162,7 +135,7 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
                                   f"the board's is {template.name}; tune the model on this board")
             config = record_config(template, rec, log)
             used.add(key)
-            choices.append(ConvChoice(node.module, wl, "tuned", f"trial {rec.trial} of {log.name}",
+            plans.append(ConvPlan(node.module, wl, "tuned", f"trial {rec.trial} of {log.name}",
                                       {"log": log.name, "trial": rec.trial, "index": config.index,
                                        "config": config.values, "latency_s": rec.seconds, "tuner": rec.tuner},
                                       template, config))
@@ -171,7 +144,7 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
             if config is None:
                 raise ExportError(f"{wl.spec()} has no record and the {template.name} template no fallback config; "
                                   "tune the model first (`edgetune tune --model`)")
-            choices.append(ConvChoice(node.module, wl, "fallback", "no record: untuned config",
+            plans.append(ConvPlan(node.module, wl, "fallback", "no record: untuned config",
                                       None, template, config))
     if best and not used:
         shapes = ", ".join(Conv2dWorkload.from_dict(r.workload).spec() for r, _ in list(best.values())[:3])
@@ -179,7 +152,7 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
                           "of this model; give the logs of this model (`edgetune tune --model` writes one)")
     unused = [{"workload": Conv2dWorkload.from_dict(r.workload).spec(), "log": log.name}
               for key, (r, log) in best.items() if key not in used]
-    return choices, unused
+    return plans, unused
 
 
 def _outputs(loaded: LoadedModel, input_shape: tuple[int, ...]) -> list[np.ndarray]:

@@ -1,5 +1,7 @@
 """Whole models through Relax: which operators after a conv its kernel computes, and that the model stays right."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,8 @@ from torch import nn
 from tvm import relax
 
 from toolkit.backends import template_for
-from toolkit.backends.tvm.model import ConvPlan, compile_model
+from toolkit.backends.tvm.model import compile_model
+from toolkit.manifest import ConvPlan
 from toolkit.boards import load_profile
 from toolkit.workloads.extract import extract
 
@@ -47,6 +50,11 @@ CASES = {
 }
 
 
+def _plan(module: str, template: Any) -> ConvPlan:
+    """The plan of a conv that gets ``template``'s fallback config."""
+    return ConvPlan(module, template.workload, "fallback", template=template, config=template.fallback_config())
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_kernel_computes_the_ops_after_its_conv_it_can_take(case, tmp_path):
     after, bias, expected = CASES[case]
@@ -57,11 +65,12 @@ def test_kernel_computes_the_ops_after_its_conv_it_can_take(case, tmp_path):
     plans = []
     for node in extract(model, SHAPE).convs:
         template = template_for(node.layer.workload, LOCAL)
-        plans.append(ConvPlan(node.module, template, template.fallback_config()))
-    library, kernels, names, epilogues = compile_model(program, LOCAL, plans)
-    assert epilogues == {"conv": expected} and names == {"conv": "edgetune_conv0"} and kernels is not None
+        plans.append(_plan(node.module, template))
+    built = compile_model(program, LOCAL, plans)
+    assert [(p.module, p.kernel, p.epilogue) for p in plans] == [("conv", "edgetune_conv0", expected)]
+    assert built.kernels is not None
 
-    (tmp_path / "model.so").write_bytes(library)
+    (tmp_path / "model.so").write_bytes(built.library)
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "model.so")), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu())).numpy()
     with torch.no_grad():
@@ -74,9 +83,9 @@ def test_without_fusion_no_kernel_takes_an_epilogue():
     model = Conv(lambda y, x: torch.relu(y + SKIP)).eval()
     program = torch.export.export(model, (torch.randn(SHAPE),))
     template = template_for(extract(model, SHAPE).convs[0].layer.workload, LOCAL)
-    _, _, _, epilogues = compile_model(program, LOCAL, [ConvPlan("conv", template, template.fallback_config())],
-                                       fuse=False)
-    assert epilogues == {"conv": []}
+    plan = _plan("conv", template)
+    compile_model(program, LOCAL, [plan], fuse=False)
+    assert plan.epilogue == []
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -89,10 +98,10 @@ def test_batch_norm_after_a_conv_with_or_without_its_own_bias_is_folded_into_the
         norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-1, 1)
     x = torch.randn(SHAPE)
     template = template_for(extract(model, SHAPE).convs[0].layer.workload, LOCAL)
-    library, _, names, epilogues = compile_model(torch.export.export(model, (x,)), LOCAL,
-                                                 [ConvPlan("0", template, template.fallback_config())])
-    assert epilogues == {"0": ["bias", "relu"]}      # no batch-norm arithmetic left outside the kernel
-    (tmp_path / "model.so").write_bytes(library)
+    plan = _plan("0", template)
+    built = compile_model(torch.export.export(model, (x,)), LOCAL, [plan])
+    assert plan.epilogue == ["bias", "relu"]      # no batch-norm arithmetic left outside the kernel
+    (tmp_path / "model.so").write_bytes(built.library)
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "model.so")), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu())).numpy()
     with torch.no_grad():

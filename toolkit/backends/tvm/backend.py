@@ -12,6 +12,7 @@ from toolkit.backends.base import Backend, ModelTiming, rebuild
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S, weight_shape
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ConfigError, ExportError
+from toolkit.manifest import ConvPlan, ModelBuild
 from toolkit.rpc.board_check import Finding
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
@@ -173,24 +174,22 @@ class TVMBackend(Backend):
         """Every TVM board takes whole models (CPU boards through TVM's CPU pipeline, CUDA boards through its
         GPU pipeline)."""
 
-    def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
-                      folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
-                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    def compile_model(self, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
+                      calibration: np.ndarray | None = None, progress: Any = None) -> ModelBuild:
         """A Relax build in float32 (``calibration`` is refused: nothing is quantised)."""
         if calibration is not None:
             raise ExportError(f"--calibrate quantises int8 models for VTA boards; {profile.name} runs the model in "
                               "float32: drop --calibrate")
-        from toolkit.backends.tvm.model import ConvPlan, compile_model
+        from toolkit.backends.tvm.model import compile_model
 
-        model, kernels, names, epilogues = compile_model(program, profile, [ConvPlan(*c) for c in convs],
-                                                         progress=progress)
-        (folder / "model.so").write_bytes(model)
+        built = compile_model(program, profile, plans, progress=progress)
+        (folder / "model.so").write_bytes(built.library)
         files = {"model": "model.so"}
-        if kernels is not None:
-            (folder / "kernels.so").write_bytes(kernels)
+        if built.kernels is not None:
+            (folder / "kernels.so").write_bytes(built.kernels)
             files["kernels"] = "kernels.so"
-        return files, names, {"params": f"bound into {files['model']} as constants (conv weights already in the "
-                                        "kernels' layout)", "epilogues": epilogues}
+        return ModelBuild(files, {"params": f"bound into {files['model']} as constants (conv weights already in "
+                                            "the kernels' layout)"})
 
     def model_readme_usage(self, m: ExportManifest) -> str:
         model = m.model or {}

@@ -26,7 +26,7 @@ from toolkit.backends.tvm.cpu import Epilogue
 from toolkit.backends.tvm.link import link_library
 from toolkit.boards import BoardProfile
 from toolkit.errors import ExportError, error_line
-from toolkit.tuning.core.space import Config
+from toolkit.manifest import ConvPlan
 from toolkit.workloads import Conv2dWorkload
 
 OPAQUE = 8
@@ -34,13 +34,12 @@ OPAQUE = 8
 
 
 @dataclass(frozen=True)
-class ConvPlan:
-    """What one conv of the model (graph order) gets: an edgetune kernel of ``template`` with ``config``,
-    or, when ``template`` is ``None``, TVM's default lowering."""
+class CompiledModel:
+    """The whole model as a shared library for the board, and a library of its edgetune kernels alone (each
+    callable by name, for timing one conv; ``None`` when the model has none)."""
 
-    module: str
-    template: Any | None
-    config: Config | None
+    library: bytes
+    kernels: bytes | None
 
 
 def relax_module(program: Any) -> Any:
@@ -94,18 +93,16 @@ def _fold_batchnorm_after_bias(mod: Any) -> Any:
 
 
 def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], *,
-                  progress: Callable[[str], None] | None = None, fuse: bool = True
-                  ) -> tuple[bytes, bytes | None, dict[str, str], dict[str, list[str]]]:
-    """The shared library of the whole model for ``profile`` (cross-linked by its compiler), a library of its
-    edgetune kernels alone (each callable by name, for timing one conv; ``None`` when there is none), for each
-    conv that got an edgetune kernel its module path -> the kernel's function name in that library, and the
-    epilogue each such conv's kernel computes in the model (``["bias", "residual", "relu"]`` at most; none
-    unless ``fuse``: then TVM fuses what follows each kernel into an elementwise kernel of its own)."""
+                  progress: Callable[[str], None] | None = None, fuse: bool = True) -> CompiledModel:
+    """The whole model for ``profile`` (cross-linked by its compiler), each conv as its plan says (graph order: a
+    plan with a template gets edgetune's kernel, one without TVM's default lowering). Each plan with a kernel
+    gets its ``kernel`` (the function's name in the kernels' library) and ``epilogue`` (what the kernel computes
+    in the model: ``["bias", "residual", "relu"]`` at most; none unless ``fuse``: then TVM fuses what follows
+    each kernel into an elementwise kernel of its own)."""
     import tvm
     from tvm import relax
 
     mod = relax_module(program)
-    names: dict[str, str] = {}
     kernels: dict[tuple[str, int | None, Epilogue], tuple[Any, str]] = {}
     alone: dict[str, Any] = {}
 
@@ -125,7 +122,7 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
                 alone[name] = func
             kernels[key] = builder.add_func(func.with_attr("op_pattern", OPAQUE), name), name
         if not epilogue:
-            names[plan.module] = kernels[key][1]
+            plan.kernel = kernels[key][1]
         return kernels[key][0]
 
     rewriter = _ConvRewriter(mod, plans, kernel, fuse)
@@ -141,9 +138,10 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
             kernels_only = tvm.compile(tvm.IRModule(alone), target=target) if alone else None
     except Exception as exc:  # noqa: BLE001
         raise ExportError(f"TVM could not compile the model for {profile.name}: {error_line(exc)}") from None
-    epilogues = {module: e.describe() for module, e in rewriter.epilogues.items()}
-    kernels = link_library(kernels_only, profile.cross_compiler) if kernels_only else None
-    return link_library(executable, profile.cross_compiler), kernels, names, epilogues
+    for plan in plans:
+        plan.epilogue = rewriter.epilogues[plan.module].describe() if plan.module in rewriter.epilogues else None
+    return CompiledModel(link_library(executable, profile.cross_compiler),
+                         link_library(kernels_only, profile.cross_compiler) if kernels_only else None)
 
 
 def _without_unused_kernels(mod: Any) -> Any:

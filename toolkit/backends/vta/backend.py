@@ -15,6 +15,7 @@ from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import BoardError, ConfigError, ExportError
+from toolkit.manifest import ConvPlan, ModelBuild
 from toolkit.rpc.board_check import Finding
 from toolkit.tuning.core.builder import LocalBuilder
 from toolkit.tuning.core.check import check_output
@@ -284,12 +285,11 @@ class VTABackend(Backend):
 
         return default_config(template.workload, template.hw)
 
-    def compile_model(self, program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]],
-                      folder: Path, *, calibration: np.ndarray | None = None, progress: Any = None
-                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    def compile_model(self, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
+                      calibration: np.ndarray | None = None, progress: Any = None) -> ModelBuild:
         from toolkit.backends.vta.model import compile_vta_model
 
-        return compile_vta_model(program, profile, convs, folder, calibration=calibration, progress=progress)
+        return compile_vta_model(program, profile, plans, folder, calibration=calibration, progress=progress)
 
     def model_readme_usage(self, m: ExportManifest) -> str:
         model = m.model or {}

@@ -25,6 +25,7 @@ import numpy as np
 
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ExportError
+from toolkit.manifest import ConvPlan, ModelBuild
 from toolkit.tuning.core.space import Config
 from toolkit.vta.config import VTAConfig, get_preset
 from toolkit.vta.graph import Graph, Layer, check_arrays, execute, tensor_digests
@@ -64,23 +65,12 @@ def default_config(wl: Conv2dWorkload, hw: VTAConfig, *, relu: bool = True, shif
     raise ExportError(f"{wl.spec()}: no config of VTA {hw.bitstream} runs this conv; keep it on the CPU")
 
 
-@dataclass
-class VTAConv:
-    """A conv the export runs on VTA: its layer, workload and config (``why``: how the config was chosen)."""
-
-    layer: Layer
-    workload: Conv2dWorkload
-    config: Config
-    why: str
-
-
-def compile_vta_model(program: Any, profile: BoardProfile, convs: Sequence[tuple[str, Any, Any]], folder: Path, *,
-                      calibration: np.ndarray | None = None, progress: Any = None
-                      ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
+                      calibration: np.ndarray | None = None, progress: Any = None) -> ModelBuild:
     """Quantise ``program`` on ``calibration`` (``None``: :data:`CALIBRATION_SYNTHETIC` synthetic inputs) and
-    write the package into ``folder``; ``convs`` (graph order: module, template or ``None`` for the CPU, config)
-    say which convs VTA runs and with which config (a model none of whose convs VTA runs is refused). Returns
-    (files by role, conv module -> layer name, the manifest's extra model keys)."""
+    write the package into ``folder``; the ``plans`` (graph order; no template: the CPU) say which convs VTA runs
+    and with which config (a model none of whose convs VTA runs is refused). Each plan's ``kernel`` becomes its
+    layer's name in the int8 graph."""
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
     from toolkit.vta.quantize import conv_workload, float_graph, quantize, vta_refusal
@@ -104,22 +94,21 @@ def compile_vta_model(program: Any, profile: BoardProfile, convs: Sequence[tuple
                       "sha256": _digest(calib)}
     q = quantize(fm, calib)
     conv_layers = [layer for layer in q.graph.layers if layer.op == "conv"]
-    if len(conv_layers) != len(convs):
-        raise ExportError(f"the model's graph has {len(conv_layers)} convs where its trace found {len(convs)}; "
+    if len(conv_layers) != len(plans):
+        raise ExportError(f"the model's graph has {len(conv_layers)} convs where its trace found {len(plans)}; "
                           "VTA exports take models of plain 2-D convs")
-    if all(template is None for _, template, _ in convs):
+    if all(plan.template is None for plan in plans):
         why = [f"{layer.name}: {vta_refusal(conv_workload(q, layer), layer.attrs['groups'], hw) or 'not plain'}"
                for layer in conv_layers]
         raise ExportError(f"no conv of the model can run on VTA ({'; '.join(why[:3])}{' ...' if len(why) > 3 else ''}"
                           "); export it for a CPU board (-b local)")
     (folder / PROGRAMS).mkdir()
     files = {"model": GRAPH, "weights": WEIGHTS}
-    kernels: dict[str, str] = {}
     layers_info = []
-    for layer, (module, template, config) in zip(conv_layers, convs):
-        wl = conv_workload(q, layer)
-        kernels[module] = layer.name
-        if template is None:
+    for layer, plan in zip(conv_layers, plans):
+        wl, config = conv_workload(q, layer), plan.config
+        plan.kernel = layer.name
+        if plan.template is None:
             layers_info.append({"layer": layer.name, "device": "cpu"})
             continue
         layer.device = "vta"
@@ -150,7 +139,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, convs: Sequence[tuple
     extra = {"calibration": calib_info, "vta_layers": layers_info,
              "params": f"int8 weights and int32 biases in {WEIGHTS}; {on_vta} of {len(conv_layers)} convs are VTA "
                        f"programs in {PROGRAMS}/, the other layers run in numpy on the board's CPU"}
-    return files, kernels, extra
+    return ModelBuild(files, extra)
 
 
 @dataclass
