@@ -2,7 +2,7 @@
 tracker key on loopback, in wall time and records.
 
 ``.venv/bin/python -m bench.bench_boards`` (options ``--trials``, ``--no-doc``). Writes the section
-"## Several boards at once" of ``docs/benchmarks.md``.
+"## Several boards at once" of ``bench/archive.md``.
 
 The agents run the simulator on this machine's two cores, so a board's measurement costs CPU here that a real
 board would spend on its own; the figures bound what N real boards give from above by the tracker and driver
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Several boards at once"
 
 
@@ -95,7 +95,7 @@ def section(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_boards", description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=192, help="trials in all per run (default 192)")
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "boards.json", help="the result JSON")
     ap.add_argument("--doc-only", action="store_true", help="rewrite the docs section from --out, run nothing")
     args = ap.parse_args(argv)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     console.info(json.dumps(result["runs"]))
     if not args.no_doc:
         write_doc_section(DOC, SECTION, section(result))
-        console.info(f"wrote the section '{SECTION}' of docs/benchmarks.md")
+        console.info(f"wrote the section '{SECTION}' of bench/archive.md")
 
 
 if __name__ == "__main__":

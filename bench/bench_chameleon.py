@@ -156,7 +156,7 @@ def summarise(runs: list[dict[str, Any]], tuners: list[str], layers: list[str], 
 
 
 def markdown(summary: dict[str, Any], tuners: list[str], layers: list[str], args: argparse.Namespace) -> str:
-    """The ``## Chameleon`` section of docs/benchmarks.md."""
+    """The ``## Chameleon`` section of bench/archive.md."""
     lines = [
         SECTION, "",
         f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; date "
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="one JSON line per finished run; runs already there are reused (resumable)")
     p.add_argument("--skip-incomplete", action="store_true", help="skip layers whose cache is incomplete")
     p.add_argument("--cache-only", action="store_true", help="only build the exhaustive caches")
-    p.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
+    p.add_argument("--write-docs", action="store_true", help="write the section of bench/archive.md")
     args = p.parse_args(argv)
     layers, tuners = args.layers.split(","), args.tuners.split()
     if tuners[0] != "xgb":
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     (runs_path.parent / "chameleon-summary.json").write_text(json.dumps({"args": vars(args), "summary": summary},
                                                                          indent=1))
     if args.write_docs:
-        write_doc_section(ROOT / "docs" / "benchmarks.md", SECTION, text)
+        write_doc_section(ROOT / "bench" / "archive.md", SECTION, text)
     return 0
 
 

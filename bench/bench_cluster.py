@@ -2,7 +2,7 @@
 overhead per task against a local process pool, and the driver's log-append rate (what bounds N nodes).
 
 ``.venv/bin/python -m bench.bench_cluster`` (as root: the nodes run in network namespaces the benchmark creates;
-options ``--workload``, ``--tasks``, ``--no-doc``). Writes the section "## Ray cluster" of ``docs/benchmarks.md``.
+options ``--workload``, ``--tasks``, ``--no-doc``). Writes the section "## Ray cluster" of ``bench/archive.md``.
 
 The two nodes are two namespaces of this one machine, one CPU each: "2 nodes" means two CPUs, the driver
 sharing them. What more machines would give is worked out from these figures, not measured.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Ray cluster"
 
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_cluster", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="resnet18.C8", help="the layer swept (default resnet18.C8)")
     ap.add_argument("--tasks", type=int, default=400, help="empty tasks timed for the overhead per task")
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "cluster.json", help="the result JSON")
     ap.add_argument("--doc-only", action="store_true", help="rewrite the docs section from --out, run nothing")
     ap.add_argument("--inner", metavar="ADDRESS", help=argparse.SUPPRESS)
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     console.info(section(result))
     if not args.no_doc:
         write_doc_section(DOC, SECTION, section(result))
-        console.info(f"wrote the section '{SECTION}' of docs/benchmarks.md")
+        console.info(f"wrote the section '{SECTION}' of bench/archive.md")
 
 
 if __name__ == "__main__":

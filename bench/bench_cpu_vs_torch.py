@@ -11,7 +11,7 @@
    ``torch.nn.functional.conv2d`` on the same float32 input, alternating rounds (both with
    ``--threads`` threads), median of the rounds.
 
-Writes the section "## CPU template vs torch" of ``docs/benchmarks.md``.
+Writes the section "## CPU template vs torch" of ``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from toolkit.harness import cpu_name, write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "cpu-vs-torch"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## CPU template vs torch"
 LAYERS = ("C2", "C5", "C8")
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="threads for TVM (TVM_NUM_THREADS) and torch")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)   # inherited by the loopback RPC server
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -8,7 +8,7 @@ start (until its sshd answers), ``board check``, ``board provision`` (first and 
 ``tune`` of ``--trials`` random configs, ``export`` and ``run --check``. The timings of kernels are
 emulated (qemu-user on this machine), not a Raspberry Pi's or a ZCU102's. Results:
 ``bench/out/emulated.json`` and, with ``--write-docs``, the "Emulated aarch64 boards" section of
-docs/benchmarks.md.
+bench/archive.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from toolkit.testing import emulated_board as emu
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "emulated.json"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Emulated aarch64 boards"
 FLOWS = {"rpi4": ("rpi4", "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1", ()),
          "zcu102": ("zcu102", "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1", ("--executor", "fsim"))}

@@ -5,7 +5,7 @@
 Each command runs ``--repeat`` times as ``python -m toolkit ...`` in a fresh process with an empty
 inventory and state (process start included, as a user sees it); the figure is the median wall time.
 Target: every one under 1.5 s. Results: ``bench/out/everyday.json`` and, with ``--write-docs``, the
-"Everyday commands" section of docs/benchmarks.md.
+"Everyday commands" section of bench/archive.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from toolkit.harness import environment, write_doc_section
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "everyday.json"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Everyday commands"
 TARGET_S = 1.5
 COMMANDS = (["--help"], ["--version"], ["board", "list"], ["board", "types"], ["board", "show", "vta-fsim"],

@@ -22,7 +22,7 @@ the same timing (``number=1, repeat=3, min_repeat_ms=20``) and the same trial bu
 their first ``--trials`` records) instead of tuning again. Logs go to
 ``bench/out/metaschedule/<tuner>-<layer>-s<seed>.jsonl``; the numbers are read back from them
 (best over the first ``--trials`` records; wall = last record's timestamp - the log's creation).
-Writes the section "## MetaSchedule vs edgetune (local CPU)" of ``docs/benchmarks.md``.
+Writes the section "## MetaSchedule vs edgetune (local CPU)" of ``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from toolkit.harness import write_doc_section
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "metaschedule"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## MetaSchedule vs edgetune (local CPU)"
 LAYERS = ("C2", "C5", "C8")
 
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--baseline-dir", type=Path, default=None,
                    help="reuse <dir>/<layer>.jsonl logs of --tuner (seed 0) instead of tuning it again")
     p.add_argument("--note", dest="notes", action="append", default=[], help="a line added under the table")
-    p.add_argument("--no-doc", action="store_true", help="print the section instead of writing docs/benchmarks.md")
+    p.add_argument("--no-doc", action="store_true", help="print the section instead of writing bench/archive.md")
     p.add_argument("--from-json", type=Path, action="append", default=[],
                    help="write the section from this edgetune bench JSON (no tuning); repeatable: each further "
                         "JSON gets a subsection")

@@ -20,7 +20,7 @@ edgetune's own space (``own``).
    needs to reach ``xgb``'s best at the full budget (same seed); ModelA's RMSE / ModelP's RMSE on
    held-out records (regression models trained on random valid configs, tested on the rest).
 
-Writes the section "## ML2Tuner" of ``docs/benchmarks.md`` from the saved results.
+Writes the section "## ML2Tuner" of ``bench/archive.md`` from the saved results.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ OUT = ROOT / "bench" / "out"
 STARTED = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 """When this process started: the date of its command in the results files."""
 CORE_CACHE = OUT / "tuning-cache"          # bench.bench_tuning's exhaustive pynq/own logs
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## ML2Tuner"
 LAYERS = [f"C{i}" for i in range(2, 12)]
 SETTINGS = ("pynq-tvm", "pynq-own", "zcu102-tvm", "zcu102-own")
@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--caches-only", action="store_true", help="only build the exhaustive caches")
     ap.add_argument("--report-only", action="store_true",
                     help="only write the doc section from the saved per-setting results")
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     raw = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(raw)
     args.layers = [x.strip() for x in args.layers.split(",") if x.strip()]

@@ -20,7 +20,7 @@ Tuning and the builds run once (logs and libraries under ``bench/out/model/``, r
 tune again); the libraries are then timed in a fresh process per thread count (``TVM_NUM_THREADS``,
 ``torch.set_num_threads``): the median of 5 timed runs of at least 200 ms each. Writes
 ``bench/out/model/results.json`` and, with ``--write-docs``, the section "## Whole models on local" of
-``docs/benchmarks.md``.
+``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "model"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Whole models on local (ResNet-18, MobileNet-v1)"
 SHAPE = (1, 3, 224, 224)
 VARIANTS = ("torch", "relax-default", "metaschedule", "edgetune-untuned-apart", "edgetune-untuned", "edgetune-tuned")

@@ -11,7 +11,7 @@
 4. The network's total conv latency (sum of best x multiplicity) is compared with the sum of the
    per-layer optima (the caches' best) and with the Pynq measurements of vta.md §6.2.
 
-Writes ``docs/img/network_tuning.png`` and the section "## Whole-network tuning" of ``docs/benchmarks.md``.
+Writes ``docs/img/network_tuning.png`` and the section "## Whole-network tuning" of ``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from toolkit.tuning.scheduler import make_scheduler
 from toolkit.vta.timing import PYNQ_MEASUREMENTS
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 PLOT = ROOT / "docs" / "img" / "network_tuning.png"
 SECTION = "## Whole-network tuning"
 SCHEDULERS = ("gradient", "round-robin")

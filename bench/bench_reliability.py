@@ -8,7 +8,7 @@ Everything runs on this machine: the ``vta-fsim`` board, a loopback tracker and 
 as a real process. Figures: records lost (a record present after a kill that is gone at the end), duplicate
 trial numbers, configs measured twice, runs refused, and for the hostile inputs the cases tried, tracebacks,
 exits other than the one-line error, and silent successes. Results: ``bench/out/reliability.json`` and, with
-``--write-docs``, the "Reliability" section of docs/benchmarks.md.
+``--write-docs``, the "Reliability" section of bench/archive.md.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from toolkit.tuning.journal import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "reliability.json"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Reliability"
 SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"
 EDGETUNE = [sys.executable, "-m", "toolkit"]

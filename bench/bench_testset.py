@@ -41,7 +41,7 @@ OUT = ROOT / "bench" / "out" / "testset"
 CACHE = ROOT / "bench" / "out" / "testset-cache"
 DEV_CACHE = ROOT / "bench" / "out" / "headline-cache"
 IMG = ROOT / "docs" / "img"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Headline: the test set"
 EMULATED = ROOT / "bench" / "out" / "emulated.json"
 
@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
                     "(resnet50.L2,conv2d:H=14,W=14,...)")
     ap.add_argument("--caches-only", action="store_true", help="build the exhaustive logs and stop")
     ap.add_argument("--report-only", action="store_true", help="rewrite the docs section from the saved runs")
-    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not rewrite bench/archive.md")
     ap.add_argument("--part", help="save the runs as <split>-<setting>-<part>.json (the report merges the parts)")
     ap.add_argument("--note", help="what this run cut (kept in bench/out/testset/note.md)")
     args = ap.parse_args(argv)

@@ -14,7 +14,7 @@ seconds on this machine. A run ends at its budget or once every task is at its s
 
 ``--local TRIALS`` runs the same flow on this machine's CPU instead (real builds, ``ml2tuner+`` and ``xgb``, one seed)
 and adds it to the saved results. Writes ``bench/out/time_to_tune.json`` and the section "## Time to tune a whole
-network" at the top of ``docs/benchmarks.md``.
+network" at the top of ``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from toolkit.workloads.networks import get_network
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "time_to_tune.json"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Time to tune a whole network"
 SETTINGS = ("pynq-own", "zcu102-tvm")
 TUNERS = ("ml2tuner+", "ml2tuner", "xgb")

@@ -5,7 +5,7 @@ test-set benchmark measured them slowest.
 model) and ``chameleon-ml2`` on each ``--layers`` entry (``SETTING/LAYER``, replayed from exhaustive simulator
 logs as bench_testset does), ``--trials`` trials and ``--seeds`` seeds, one run at a time, and writes per tuner its
 seconds per trial (wall and CPU, mean and worst layer) and where they go (the tuner's ``stats()``: model fits,
-search, compiles) to ``bench/out/tuner-time.json`` and docs/benchmarks.md. Run it alone: the test-set benchmark ran
+search, compiles) to ``bench/out/tuner-time.json`` and bench/archive.md. Run it alone: the test-set benchmark ran
 its parts side by side, so its wall seconds include waiting for the CPU; CPU seconds do not.
 """
 
@@ -21,7 +21,7 @@ from toolkit.harness import BenchResult, run_bench, save_checkpoint, write_doc_s
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "out" / "tuner-time.json"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Tuner time per trial (quiet machine)"
 LAYERS = "pynq/mobilenet_v1.L5,pynq/yolov3_tiny.L4,pynq/resnet50.L2,zcu102/resnet50.L2,zcu102/resnet50.L6"
 """The layers where the test-set benchmark measured ``chameleon-ml2`` slowest (per trial) on each preset."""

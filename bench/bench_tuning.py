@@ -11,7 +11,7 @@
    versus trials next to the exhaustive optimum.
 
 Writes ``docs/img/tuning_baselines.png`` and the section "## Tuning core baselines" of
-``docs/benchmarks.md``.
+``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from toolkit.backends import make_task
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = ROOT / "bench" / "out" / "tuning-cache"
 PLOT = ROOT / "docs" / "img" / "tuning_baselines.png"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Tuning core baselines"
 LAYERS = [f"C{i}" for i in range(2, 12)]
 CHECKPOINTS = (16, 32, 64, 128, 256, 400)
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", default=",".join(LAYERS), help="comma-separated ResNet-18 layers (C2..C11)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trials", type=int, default=400)
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md and the plot")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md and the plot")
     args = ap.parse_args(argv)
     layers = [x.strip() for x in args.layers.split(",") if x.strip()]
 

@@ -16,7 +16,7 @@ For each VTA preset (``pynq``: board ``vta-fsim``; ``zcu102``: ``vta-fsim --vta-
 
 VTA times are the simulator's modelled device seconds (calibrated to the Pynq, docs/vta.md); the CPU layers'
 times are measured on this x86 host, not on the board's ARM cores. Writes ``bench/out/vta_model/results.json`` and,
-with ``--write-docs``, the section "## Whole models on VTA" of ``docs/benchmarks.md``.
+with ``--write-docs``, the section "## Whole models on VTA" of ``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "vta_model"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Whole models on VTA (ResNet-18, int8)"
 SHAPE = (1, 3, 224, 224)
 PRESETS = {"pynq": "pynq-z1", "zcu102": "zcu102"}

@@ -13,7 +13,7 @@
    within 25%. ``--refit`` re-runs the fit that produced :data:`toolkit.vta.timing.PYNQ_CALIBRATED`
    (Nelder-Mead on the TVM programs of C2, C4, C5, C11; C8 is held out).
 
-Writes the section "## VTA simulator and timing model" of ``docs/benchmarks.md``.
+Writes the section "## VTA simulator and timing model" of ``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from toolkit.vta.timing import PYNQ_CALIBRATED, PYNQ_MEASUREMENTS, TimingParams
 from toolkit.workloads import parse_workload
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## VTA simulator and timing model"
 DUMPS = shared_data_dir() / "vta_tvm018_programs"
 HW = get_preset("pynq")
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_vta_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=50, help="runs per timed measurement")
     ap.add_argument("--refit", action="store_true", help="re-run the calibration fit and report its constants")
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     args = ap.parse_args(argv)
     params = refit() if args.refit else PYNQ_CALIBRATED
     if args.refit:

@@ -8,7 +8,7 @@ whole space and the median compile + timing-sim time of the TopHub config.
     .venv/bin/python -m bench.bench_vta_space [--layers C2,C5] [--no-doc]
 
 Writes ``bench/out/vta_space.json`` and the section "## VTA space: edgetune vs TVM-compatible" of
-``docs/benchmarks.md``.
+``bench/archive.md``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from toolkit.backends.vta.space import explore, vta_conv2d_space
 from toolkit.workloads import parse_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 OUT = ROOT / "bench" / "out" / "vta_space.json"
 SECTION = "## VTA space: edgetune vs TVM-compatible"
 LAYERS = [f"C{i}" for i in range(2, 12)]
@@ -142,7 +142,7 @@ def section(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=",".join(LAYERS))
-    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     ap.add_argument("--from-json", action="store_true", help="rewrite the section from bench/out/vta_space.json")
     args = ap.parse_args(argv)
     if args.from_json:

@@ -1,4 +1,4 @@
-"""Regenerate docs/benchmarks.md's "## Development set: tuners side by side (ResNet-18 C2-C11)" from ``edgetune
+"""Regenerate bench/archive.md's "## Development set: tuners side by side (ResNet-18 C2-C11)" from ``edgetune
 bench`` runs.
 
 Each setting is one ``edgetune bench`` command (run as a subprocess, so the tables name the
@@ -25,7 +25,7 @@ from toolkit.harness import BenchResult
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "headline"
 IMG = ROOT / "docs" / "img"
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Development set: tuners side by side (ResNet-18 C2-C11)"
 VTA_TUNERS = "random,xgb,chameleon,chameleon+,ml2tuner,chameleon-ml2"
 CACHES = ("bench/out/headline-cache", "bench/out/tuning-cache", "bench/out/ml2-cache")

@@ -1,4 +1,4 @@
-"""Quick experiments behind ``chameleon+`` (docs/benchmarks.md, "## Chameleon"), on the replay caches.
+"""Quick experiments behind ``chameleon+`` (bench/archive.md, "## Chameleon"), on the replay caches.
 
 ``replay``: real tuners (labels as in ``bench_chameleon.py``: ``"chameleon+:rl_elite=0"``) for a short
 budget; per layer, the mean trials until the best-so-far is within 1% of ``xgb``'s best after 400 trials
