@@ -15,7 +15,8 @@ from toolkit.procs import group_alive
 from toolkit.rpc.tracker import ensure_local_rpc, start_server, start_tracker, tracker_summary
 from toolkit.backends.tvm.cpu import CPUConv2dTemplate
 from toolkit.tuning.core.result import ErrorClass
-from toolkit.backends.tvm.rpc_runner import RPCRunner, _answers
+from toolkit.backends.tvm.rpc_runner import RPCRunner
+from toolkit.backends.tvm.rpc_session import answers
 from toolkit.tuning.core.runner import MeasureOptions
 from toolkit.workloads import parse_workload
 from toolkit.backends import make_task
@@ -140,12 +141,12 @@ def test_a_session_whose_server_died_no_longer_answers(tracker, template, items)
         runner = RPCRunner(*tracker.address, "probe")
         inputs, ref = runner._inputs(template, True)
         live = runner._open(template, MeasureOptions(), inputs, ref)
-        assert _answers(live)
+        assert answers(live)
         os.killpg(server.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while group_alive(server.pid) and time.monotonic() < deadline:   # dead, not just signalled
             time.sleep(0.05)
-        assert not _answers(live)
+        assert not answers(live)
     finally:
         server.stop()
 

@@ -245,7 +245,7 @@ class MetaScheduleTuner(Driver):
             if runner is not None and getattr(runner, "key", None):
                 host, port, key = runner.host, runner.port, runner.key
             else:
-                from toolkit.backends.tvm.rpc_runner import board_tracker
+                from toolkit.backends.tvm.rpc_session import board_tracker
 
                 (host, port), release = board_tracker(task.board)
                 key = task.board.rpc_key

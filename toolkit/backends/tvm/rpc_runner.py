@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import tempfile
 import threading
 import time
 import uuid
@@ -35,33 +33,11 @@ from toolkit.tuning.core.result import ErrorClass, MeasureResult
 from toolkit.tuning.core.runner import BoardGoneError, MeasureOptions, Runner
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Artifact, Template
+from toolkit.backends.tvm.rpc_session import (LiveSession, SessionLost, answers, board_tracker, looks_lost,
+                                              rpc_error_line, upload)
 
-_LOST_HINTS = ("socket", "connection", "connect", "closed", "eof", "peer", "broken pipe",
-               "rpcsessiontimeout", "session timeout", "kshutdown", "code == rpccode")
-
-
-REUSE_MARGIN_S = 10.0
-"""A session is reused only while ``session_timeout`` leaves the run's timeout plus this margin."""
 LEFT_CHECK_S = 2.0
 """How often a run waiting for a session of its own loopback board (``local``) checks the server is still there."""
-
-
-class _SessionLost(Exception):
-    """The session ended before the measurement finished."""
-
-
-class _Live:
-    """A session kept between items: the board's device, the inputs on it and an output tensor."""
-
-    def __init__(self, sess: Any, dev: Any, data_key: int, args: list[Any], out: Any, session_timeout: float) -> None:
-        self.sess, self.dev, self.data_key, self.args, self.out = sess, dev, data_key, args, out
-        self.opened = time.monotonic()
-        self.session_timeout = session_timeout
-
-    def usable(self, data_key: int, run_timeout: float) -> bool:
-        """True while it holds these inputs and the server will not end it within one more item."""
-        age = time.monotonic() - self.opened
-        return self.data_key == data_key and age + run_timeout + REUSE_MARGIN_S < self.session_timeout
 
 
 class RPCRunner(Runner):
@@ -103,7 +79,7 @@ class RPCRunner(Runner):
         self.lost_sessions = 0
         """Sessions that died mid-measurement and were measured again."""
         self._data: tuple[int, list[np.ndarray], np.ndarray | None] | None = None
-        self._live: _Live | None = None
+        self._live: LiveSession | None = None
         self.sessions = 0
         """Sessions opened so far (one per item without reuse)."""
 
@@ -212,7 +188,7 @@ class RPCRunner(Runner):
                     self.lost_sessions += 1
                     continue
                 return result(error=ErrorClass.TIMEOUT, message=str(exc))
-            except _SessionLost as exc:
+            except SessionLost as exc:
                 lost = str(exc)
                 self.lost_sessions += 1
                 if self.board_present():
@@ -222,7 +198,7 @@ class RPCRunner(Runner):
                                       message=f"the session died {crashes} times while the board stayed up: {exc}")
                 continue
             except RuntimeError as exc:
-                return result(error=ErrorClass.RUNTIME_ERROR, message=_short(exc))
+                return result(error=ErrorClass.RUNTIME_ERROR, message=rpc_error_line(exc))
             self._waited = False
             if wrong:
                 return result(error=ErrorClass.WRONG_ANSWER, message=wrong)
@@ -279,13 +255,13 @@ class RPCRunner(Runner):
                 if now - box["run_started"] > options.timeout_s:
                     raise TimeoutError(f"the run did not finish within {options.timeout_s:g} s")
             elif now - begun > self.wait_s + 60.0:
-                raise _SessionLost(f"no session and upload within {self.wait_s + 60.0:.0f} s")
+                raise SessionLost(f"no session and upload within {self.wait_s + 60.0:.0f} s")
             elif self._restart is not None and box.get("stage") == "session" and now - checked >= LEFT_CHECK_S:
                 # the tracker queues a request for a server that left; this runner's own (``local``) is
                 # started again at once instead of waiting out the queue
                 checked = now
                 if not self.board_present():
-                    raise _SessionLost("the server left the tracker while this run waited for a session")
+                    raise SessionLost("the server left the tracker while this run waited for a session")
         if "error" in box:
             raise box["error"]
         self._live = box.get("live")
@@ -296,7 +272,7 @@ class RPCRunner(Runner):
                          box: dict[str, Any]) -> tuple[list[float], str, str]:
         if artifact.kind != "tvm-library":
             raise RuntimeError(f"RPCRunner measures TVM libraries, not {artifact.kind!r} artifacts")
-        live: _Live | None = box.pop("live", None)
+        live: LiveSession | None = box.pop("live", None)
         stage, failure = "upload", None
         try:
             if live is None:
@@ -305,23 +281,23 @@ class RPCRunner(Runner):
             value = self._run_in_session(live, template, artifact, options, ref, box)
             box["live"] = live
             return value
-        except _SessionLost:
+        except SessionLost:
             raise
         except Exception as exc:  # noqa: BLE001
             stage = box.get("stage", stage)
             # TVM words a dropped connection differently depending on where the call was cut: a session
             # that no longer answers is lost whatever the message said
-            failure = (_looks_lost(exc) or (live is not None and not _answers(live)), _short(exc))
+            failure = (looks_lost(exc) or (live is not None and not answers(live)), rpc_error_line(exc))
         finally:
             # drop a failed session now (not when a traceback cycle is collected): the board is
             # busy until its session closes
             live = None
         if failure[0]:
-            raise _SessionLost(f"session lost during {stage}: {failure[1]}")
+            raise SessionLost(f"session lost during {stage}: {failure[1]}")
         raise RuntimeError(f"{stage} failed on {self.where}: {failure[1]}")
 
     def _open(self, template: Template, options: MeasureOptions, inputs: list[np.ndarray],
-              ref: np.ndarray | None) -> _Live:
+              ref: np.ndarray | None) -> LiveSession:
         """A new session with the inputs and an output tensor on the board."""
         import tvm
 
@@ -331,13 +307,13 @@ class RPCRunner(Runner):
         try:
             sess = self._connect(options.timeout_s)
         except Exception as exc:  # noqa: BLE001 - TVM raises plain errors for refused sessions
-            raise _SessionLost(f"no session from {self.where}: {_short(exc)}") from None
+            raise SessionLost(f"no session from {self.where}: {rpc_error_line(exc)}") from None
         self.sessions += 1
         dev = sess.device(template.device, 0)
         args = [tvm.runtime.tensor(x, dev) for x in inputs]
         out_shape = ref.shape if ref is not None else template.output_shape()  # type: ignore[attr-defined]
         out = tvm.runtime.tensor(np.zeros(out_shape, dtype=np.float32), dev)
-        return _Live(sess, dev, id(inputs), args, out, session_timeout)
+        return LiveSession(sess, dev, id(inputs), args, out, session_timeout)
 
     @contextlib.contextmanager
     def session(self, timeout_s: float = 120.0) -> Iterator[tuple[Any, Callable[[str], None]]]:
@@ -373,7 +349,7 @@ class RPCRunner(Runner):
         with self.session(timeout_s) as (sess, at):
             at("upload")
             name = f"edgetune-export-{uuid.uuid4().hex[:12]}.so"
-            _upload(sess, artifact, name)
+            upload(sess, artifact, name)
             at("load")
             mod = sess.load_module(name)
             dev = sess.device(device, 0)
@@ -386,11 +362,11 @@ class RPCRunner(Runner):
         return got, costs
 
     @staticmethod
-    def _run_in_session(live: _Live, template: Template, artifact: Artifact, options: MeasureOptions,
+    def _run_in_session(live: LiveSession, template: Template, artifact: Artifact, options: MeasureOptions,
                         ref: np.ndarray | None, box: dict[str, Any]) -> tuple[list[float], str, str]:
         box["stage"] = "upload"
         name = f"edgetune-{uuid.uuid4().hex[:12]}.so"
-        _upload(live.sess, artifact, name)
+        upload(live.sess, artifact, name)
         box["stage"] = "load"
         mod = live.sess.load_module(name)
         dev, args, out = live.dev, live.args, live.out
@@ -412,63 +388,3 @@ class RPCRunner(Runner):
         timer = mod.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
                                    min_repeat_ms=int(math.ceil(options.min_repeat_ms)))
         return [float(c) for c in timer(*args, out).results], "", ""
-
-
-def board_tracker(board: Board, tracker: tuple[str, int] | str | None = None
-                  ) -> tuple[tuple[str, int], Callable[[], None] | None]:
-    """Tracker address of ``board`` and a release function when one was started for it.
-
-    A board without a host (the built-in ``local``) gets a loopback tracker and RPC server
-    (:func:`toolkit.rpc.tracker.ensure_local_rpc`); other boards use ``tracker``, else where the
-    board was provisioned, else the tracker ``edgetune tracker start`` runs.
-    """
-    if not isinstance(tracker, tuple) and tracker is None and (board.entry is None or not board.entry.host):
-        from toolkit.rpc.tracker import ensure_local_rpc
-
-        host, port, stop = ensure_local_rpc(board.rpc_key)
-        return (host, port), stop
-    from toolkit.rpc.service import board_tracker_address
-
-    return board_tracker_address(board.name, tracker), None
-
-
-def _upload(sess: Any, artifact: Artifact, name: str) -> None:
-    if artifact.payload:
-        fd, path = tempfile.mkstemp(suffix=".so", prefix="edgetune-upload-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(artifact.payload)
-            sess.upload(path, name)
-        finally:
-            os.unlink(path)
-    elif artifact.path:
-        sess.upload(artifact.path, name)
-    else:
-        raise RuntimeError("the artifact has neither a payload nor a path")
-
-
-def _answers(live: _Live) -> bool:
-    """Whether a session still answers a round trip (its output tensor read back)."""
-    try:
-        live.out.numpy()
-    except Exception:  # noqa: BLE001 - any failure of the round trip means the session is gone
-        return False
-    return True
-
-
-def _looks_lost(exc: BaseException) -> bool:
-    if isinstance(exc, (ConnectionError, EOFError, BrokenPipeError)):
-        return True
-    text = f"{type(exc).__name__} {exc}".lower()
-    return any(h in text for h in _LOST_HINTS)
-
-
-def _short(exc: BaseException) -> str:
-    """The last line of an error, with the line it continues (TVM: "Error caught from RPC call:")."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    msg = lines[-1]
-    if len(lines) > 1 and lines[-2].endswith(":"):
-        msg = f"{lines[-2]} {msg}"
-    return msg[:300]
