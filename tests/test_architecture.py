@@ -214,3 +214,17 @@ def test_family_branches_live_only_in_the_backends():
 def test_every_layer_package_exists(package):
     path = ROOT.parent / Path(*package.split("."))
     assert path.is_dir() or path.with_suffix(".py").is_file()
+
+
+def test_a_backend_holds_family_behaviour_and_no_readme_text():
+    """README sections live in each family's readme module (named by the backend), not in its methods."""
+    import importlib
+
+    from toolkit.backends import backend_for
+    from toolkit.backends.registry import BACKENDS
+
+    for family in BACKENDS:
+        backend = backend_for(family)
+        assert not [name for name in dir(backend) if "readme" in name and callable(getattr(backend, name))]
+        module = importlib.import_module(backend.readme)
+        assert callable(module.kernel_usage) and callable(module.model_usage)

@@ -19,6 +19,8 @@ from toolkit.workloads import Conv2dWorkload
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 LOG_FILE = "tuning-log.jsonl"
+LOG_DIR = "logs"
+"""Where a model export keeps the tuning logs its kernels came from."""
 README = "README.md"
 KERNEL_DIR = "kernels"
 

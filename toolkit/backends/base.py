@@ -59,6 +59,9 @@ class Backend(abc.ABC):
     kernels_noun: ClassVar[str] = ""
     """What an export of this family holds, for messages (``VTA programs``)."""
     readme_run_also: ClassVar[str] = ""
+    readme: ClassVar[str] = ""
+    """The module of the family's README sections (``kernel_usage(manifest, backend)``, ``model_usage(...)``):
+    text lives beside the family, not in its backend object."""
     """Which other boards can run an export, for its README."""
     template_options: ClassVar[tuple[str, ...]] = ()
     """Options this family's template takes (``tvm_compat``, ``bias`` on VTA)."""
@@ -153,10 +156,6 @@ class Backend(abc.ABC):
         """What an export runs on, in a few words (``VTA 1x16_i8w8a32_15_15_18_17``, ``cpu, x86_64``)."""
 
     @abc.abstractmethod
-    def readme_usage(self, manifest: ExportManifest) -> str:
-        """The README section that says how to load and call the exported kernels."""
-
-    @abc.abstractmethod
     def check_export_board(self, manifest: ExportManifest, board: Board) -> None:
         """Refuse a board of this family that cannot run the export (architecture, GPU, hardware)."""
 
@@ -200,10 +199,6 @@ class Backend(abc.ABC):
         order; a plan without a template: :attr:`model_other_schedule`), filling in each plan's ``kernel`` and
         ``epilogue``; ``calibration``: inputs to quantise on, for families that run int8 models."""
         raise ExportError(f"the {self.name} backend compiles no whole models")
-
-    def model_readme_usage(self, manifest: ExportManifest) -> str:
-        """The README section that says how to load and call an exported model without edgetune."""
-        return ""
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,

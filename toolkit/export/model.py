@@ -20,7 +20,8 @@ import numpy as np
 from toolkit.backends import backend_for
 from toolkit.boards import Board, BoardProfile, Inventory
 from toolkit.errors import ExportError
-from toolkit.manifest import README, ConvPlan, ExportManifest, sha256_file
+from toolkit.export.readme import model_readme
+from toolkit.manifest import LOG_DIR, README, ConvPlan, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
 from toolkit.backends.registry import tuned_profile
 from toolkit.export.write import record_config, staged, target_profile
@@ -28,7 +29,6 @@ from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_model
 
-LOG_DIR = "logs"
 MODEL_KIND = "model"
 
 
@@ -175,17 +175,3 @@ def _tuned_on(log_files: list[tuple[Path, Any]]) -> dict[str, Any]:
     boards = [header.tuned_on() for _, header in log_files]
     return {"board": ", ".join(dict.fromkeys(b.board for b in boards)),
             "board_type": ", ".join(dict.fromkeys(b.board_type for b in boards)), "target": boards[0].target}
-
-
-def model_readme(m: ExportManifest, backend: Any) -> str:
-    """The README of a whole-model export: what each conv got and how to load the model."""
-    model = m.model or {}
-    rows = "\n".join(f"| {c['module']} | {c['workload'] or '-'} | {c['schedule']} | {c['why']} |"
-                     for c in model.get("convs", []))
-    source = model.get("source", {})
-    return (f"# edgetune export: model {source.get('model')} for {m.board} ({m.board_type}, {m.arch})\n\n"
-            f"edgetune {m.edgetune}, TVM {m.tvm}. `manifest.json` lists every file with its sha256; `{LOG_DIR}/` "
-            "holds the tuning logs the kernels came from.\n\n"
-            f"| conv | workload | schedule | from |\n|---|---|---|---|\n{rows}\n\n"
-            f"Run and check it: `edgetune run FOLDER --board BOARD --input x.npy --check`.\n\n"
-            + backend.model_readme_usage(m))

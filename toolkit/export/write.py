@@ -24,6 +24,7 @@ from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve
 from toolkit.errors import BoardError, EdgetuneError, WorkloadError
 from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
                                      KernelEntry, sha256_file)
+from toolkit.export.readme import kernel_readme
 from toolkit.export.run import read_manifest
 from toolkit.tuning.core.space import Config
 from toolkit.tuning.core.template import Template
@@ -170,7 +171,7 @@ def export(log: str | Path, out_dir: str | Path, board: str | Board | BoardProfi
             bitstream=backend.bitstream(profile),
             log={"file": LOG_FILE, "sha256": log_sha, "source": str(log)},
             tuned_on={"board": on.board, "board_type": on.board_type, "target": on.target}, kernels=kernels)
-        (stage / README).write_text(readme(manifest, str(out_dir)))
+        (stage / README).write_text(kernel_readme(manifest, str(out_dir)))
         return manifest
 
     return staged(Path(out_dir), force, fill)
@@ -261,20 +262,3 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
 
 def _plain_target(profile: BoardProfile) -> dict[str, Any]:
     return json.loads(json.dumps(profile.target))
-
-
-
-# ---- README -------------------------------------------------------------------------------------
-def readme(m: ExportManifest, folder: str = "FOLDER") -> str:
-    """The folder's README: what is in it and how to load and call it (``folder``: the export's path)."""
-    backend = backend_for(m.family)
-    rows = "\n".join(f"| {k.label} | `{', '.join(k.files.values())}` | {k.latency_s * 1e3:.4f} ms |"
-                     for k in m.kernels)
-    head = (f"# edgetune export: {len(m.kernels)} conv2d kernel(s) for {m.board} ({m.board_type}, {m.arch})\n\n"
-            f"Tuned on {m.tuned_on['board']} ({m.tuned_on['board_type']}); edgetune {m.edgetune}, TVM {m.tvm}. "
-            f"`manifest.json` lists every file with its sha256; `{LOG_FILE}` is the tuning log it came from.\n\n"
-            f"| workload | files | tuned latency |\n|---|---|---|\n{rows}\n\n"
-            f"Run and check it: `edgetune run {folder} --board BOARD` (a {m.board_type} board"
-            f"{backend.readme_run_also}).\n\n")
-    return head + backend.readme_usage(m)
-

@@ -44,6 +44,7 @@ class TVMBackend(Backend):
     model_kind = "tvm-model"
     kernels_noun = "TVM libraries"
     output_name = "conv"
+    readme = "toolkit.backends.tvm.readme"
 
     def __init__(self, device: str = "cpu") -> None:
         if device not in DEVICES:
@@ -107,22 +108,6 @@ class TVMBackend(Backend):
                          {"name": "conv", "shape": [wl.n, wl.co, wl.oh, wl.ow], "dtype": "float32",
                           "layout": "NCHW", "output": True}],
                 "padding": [wl.ph, wl.pw], "stride": [wl.sh, wl.sw]}
-
-    def readme_usage(self, m: ExportManifest) -> str:
-        k0 = m.kernels[0]
-        args = k0.signature["args"]
-        return (
-            "## Calling a library on the board (needs only the TVM runtime)\n\n"
-            "```python\nimport numpy as np, tvm\n"
-            f"mod = tvm.runtime.load_module(\"{k0.files['library']}\")\n"
-            f"dev = tvm.{self.device}(0)\n"
-            f"data = tvm.runtime.tensor(np.zeros({tuple(args[0]['shape'])}, \"float32\"), dev)     # NCHW\n"
-            f"weight = tvm.runtime.tensor(np.zeros({tuple(args[1]['shape'])}, \"float32\"), dev)   "
-            f"# {args[1]['layout']}\n"
-            f"out = tvm.runtime.tensor(np.zeros({tuple(args[2]['shape'])}, \"float32\"), dev)      # NCHW\n"
-            "mod[\"main\"](data, weight, out)\n```\n\n"
-            f"Weights are {args[1]['layout']} (`weight_oihw.transpose(1, 2, 3, 0)` for IHWO). "
-            "Over RPC: `remote.upload(path)`, then `remote.load_module(name)`.\n")
 
     def export_summary(self, m: ExportManifest) -> str:
         return f"{m.family}, {m.arch}"
@@ -190,21 +175,6 @@ class TVMBackend(Backend):
             files["kernels"] = "kernels.so"
         return ModelBuild(files, {"params": f"bound into {files['model']} as constants (conv weights already in "
                                             "the kernels' layout)"})
-
-    def model_readme_usage(self, m: ExportManifest) -> str:
-        model = m.model or {}
-        spec = model["inputs"][0]
-        return (
-            "## Running the model on the board (needs only the TVM runtime and numpy)\n\n"
-            "```python\nimport numpy as np, tvm\n"
-            "from tvm.runtime.vm import VirtualMachine   # in TVM's runtime (tvm.relax needs the compiler)\n"
-            f"lib = tvm.runtime.load_module(\"{model['files']['model']}\")\n"
-            f"dev = tvm.{self.device}(0)\nvm = VirtualMachine(lib, dev)\n"
-            f"x = np.zeros({tuple(spec['shape'])}, \"{spec['dtype']}\")   # the input, NCHW\n"
-            "out = vm[\"main\"](tvm.runtime.tensor(x, dev))\n"
-            "print(out.numpy().shape)   # a model of several outputs returns a tuple of tensors\n```\n\n"
-            "The weights are inside the library. Over RPC: `remote.upload(path)`, `lib = remote.load_module(name)`, "
-            f"then `VirtualMachine(lib, remote.{self.device}())`.\n")
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
