@@ -187,3 +187,8 @@ def test_a_full_disk_during_export_names_the_export_and_leaves_nothing(tmp_path)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "cannot write export exp" in lines[0], r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l.jsonl"]
+
+
+def test_agreement_thresholds_are_for_model_exports(vta_export):
+    r = cli.invoke(app, ["run", str(vta_export), "-b", "vta-fsim", "--min-cosine", "0.9"])
+    assert "--min-cosine and --min-top1 are for model exports" in one_line_error(r)

@@ -205,6 +205,11 @@ def test_fallback_config_is_a_point_of_every_space():
 
 # -- bad inputs: one line, exit 2 ------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_float_model_takes_no_agreement_threshold(model_export):
+    assert "runs in float32" in one_line_error(_invoke("run", model_export, "-b", "local", "--min-top1", "0.5"))
+
+
 def test_bad_model_exports_get_one_line_errors(model_file, network_log, tmp_path):
     args = ["--input-shape", SHAPE, "-b", "local", "--out"]
     r = _invoke("export", "--model", f"{model_file}:no_conv", *args, tmp_path / "a")

@@ -108,6 +108,27 @@ def test_trained_cnn_in_int8_on_vta_keeps_its_accuracy(digits, digits_export, tm
 
 
 @pytest.mark.slow
+def test_agreement_with_the_float_model_is_reported_and_fails_the_run_only_below_what_was_asked(
+        digits, digits_export, tmp_path):
+    folder, _ = digits
+    x = np.load(folder / "test.npy")[:40]
+    np.save(tmp_path / "x.npy", x)
+    run = json.loads(_ok(_invoke("run", digits_export, "-b", "vta-fsim", "--input", tmp_path / "x.npy", "--json",
+                                 "--min-cosine", "0.5", "--min-top1", "0.5")))
+    agree = run["details"]["pytorch"]
+    assert run["correct"] is True and agree["cosine_min"] < 1.0 and "reported" in run["message"]
+    out = tmp_path / "y.npy"
+    r = _invoke("run", digits_export, "-b", "vta-fsim", "--input", tmp_path / "x.npy", "--output", out,
+                "--min-cosine", "1.0")
+    assert r.exit_code == 1 and f"cosine min {agree['cosine_min']:.4f} < --min-cosine 1.0" in r.output
+    assert "Traceback" not in r.output and np.load(out).shape[0] == 40           # the outputs are written either way
+    r = _invoke("run", digits_export, "-b", "vta-fsim", "--input", tmp_path / "x.npy", "--min-top1", "1.01")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "drop --no-check" in one_line_error(_invoke("run", digits_export, "-b", "vta-fsim", "--no-check",
+                                                       "--min-cosine", "0.9"))
+
+
+@pytest.mark.slow
 def test_the_readme_snippet_runs_the_package(digits_export):
     readme = (digits_export / "README.md").read_text()
     snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]

@@ -60,6 +60,9 @@ class Backend(abc.ABC):
     """What an export of this family holds, for messages (``VTA programs``)."""
     readme_run_also: ClassVar[str] = ""
     readme: ClassVar[str] = ""
+    quantised_models: ClassVar[bool] = False
+    """Whether the family's whole models run quantised (then judged by their own reference, the float model's
+    agreement reported, and failing only below an :class:`Agreement` asked for)."""
     """The module of the family's README sections (``kernel_usage(manifest, backend)``, ``model_usage(...)``):
     text lives beside the family, not in its backend object."""
     """Which other boards can run an export, for its README."""
@@ -208,12 +211,27 @@ class Backend(abc.ABC):
         edgetune kernel's time."""
         raise ExportError(f"the {self.name} backend runs no whole models")
 
-    def check_model(self, timing: ModelTiming, reference: list[list[np.ndarray]] | None) -> tuple[bool | None, str]:
+    def check_model(self, timing: ModelTiming, reference: list[list[np.ndarray]] | None,
+                    agreement: Agreement | None = None) -> tuple[bool | None, str]:
         """The verdict on a model run: its outputs against PyTorch's on the same inputs (``reference``; ``None``:
-        not checked)."""
+        not checked). ``agreement``: the least agreement with the float model a quantised model must show (only
+        families that run a quantised model take it)."""
         from toolkit.tuning.core.check import compare_model_outputs
 
         return (None, "") if reference is None else compare_model_outputs(timing.outputs, reference)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The least agreement with the float model a run of a quantised model must show to pass (``None``: reported,
+    never failing): cosine similarity of every output, and the share of inputs whose top-1 class agrees."""
+
+    min_cosine: float | None = None
+    min_top1: float | None = None
+
+    @property
+    def asked(self) -> bool:
+        return self.min_cosine is not None or self.min_top1 is not None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from toolkit import console
 from toolkit.cli.app import app
 from toolkit.cli.options import (BoardOpt, InputShapeOpt, InventoryOpt, JsonOpt, MinRepeatMsOpt, ModelOpt, NumberOpt,
                                  RepeatOpt, TimeoutOpt, TrackerOpt, VtaConfigOpt, board_from)
+from toolkit.backends.base import Agreement
 from toolkit.errors import ConfigError
 from toolkit.export import export as do_export
 from toolkit.export import load_export
@@ -160,6 +161,12 @@ def run(
     min_repeat_ms: MinRepeatMsOpt = 0.0,
     timeout: TimeoutOpt = 120.0,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    min_cosine: Annotated[Optional[float], typer.Option(
+        min=-1, max=1, help="Int8 models: fail the run when an output's cosine similarity to the float PyTorch "
+                            "model's is below this (reported either way).")] = None,
+    min_top1: Annotated[Optional[float], typer.Option(
+        min=0, max=1, help="Int8 models: fail the run when fewer inputs than this share (0..1) get the float "
+                           "model's top-1 class (reported either way).")] = None,
     tracker: TrackerOpt = None,
     vta_config: VtaConfigOpt = None,
     inventory: InventoryOpt = None,
@@ -174,9 +181,11 @@ def run(
     if ex.is_model:
         if workload is not None:
             raise ConfigError(f"{folder} holds a whole model: --workload picks a kernel of a kernel export")
-        return _run_model(ex, brd, check, input, output, per_layer, options, seed, tracker, json)
-    if input is not None or output is not None or per_layer:
-        raise ConfigError(f"{folder} holds conv kernels: --input, --output and --per-layer are for model exports")
+        return _run_model(ex, brd, check, input, output, per_layer, options, seed, tracker, json,
+                          Agreement(min_cosine, min_top1))
+    if input is not None or output is not None or per_layer or min_cosine is not None or min_top1 is not None:
+        raise ConfigError(f"{folder} holds conv kernels: --input, --output, --per-layer, --min-cosine and --min-top1 "
+                          "are for model exports")
     labels = [ex.kernel(workload).label] if workload else [k.label for k in ex.kernels]
     results = []
     with ex.session(brd, tracker=tracker, on_wait=console.warn) as session, console.progress(transient=True) as bar:
@@ -206,7 +215,8 @@ def run(
 
 
 def _run_model(ex: Export, board, check: bool | None, input: Path | None, output: Path | None,  # noqa: ANN001
-               per_layer: bool, options: MeasureOptions, seed: int, tracker: str | None, json: bool) -> None:
+               per_layer: bool, options: MeasureOptions, seed: int, tracker: str | None, json: bool,
+               agreement: Agreement) -> None:
     """``edgetune run`` of a whole-model export."""
     x = _read_npy(input) if input is not None else None
     inputs = ex.model_inputs(x, seed=seed)
@@ -214,7 +224,7 @@ def _run_model(ex: Export, board, check: bool | None, input: Path | None, output
         bar.add_task(f"running the model on {board.name} ({len(inputs)} input(s), then {options.repeat} timed runs)",
                      total=None, status="")
         result = ex.run_model(board, np.concatenate(inputs), check=check, options=options, per_layer=per_layer,
-                              tracker=tracker, on_wait=console.warn)
+                              tracker=tracker, on_wait=console.warn, agreement=agreement)
     if result.correct is None and result.message:   # on by default where the model loads here; said when not
         console.warn(f"output {result.message}")
     if output is not None:
@@ -225,7 +235,7 @@ def _run_model(ex: Export, board, check: bool | None, input: Path | None, output
     else:
         _print_model_run(ex, result, options, output)
     if result.correct is False:
-        console.error(f"the model's output differs from PyTorch's: {result.message}")
+        console.error(f"the model's run failed its check: {result.message}")
         raise typer.Exit(1)
 
 

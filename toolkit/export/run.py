@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from toolkit.backends import backend_for
+from toolkit.backends.base import Agreement
 from toolkit.boards import Board, BoardProfile, Inventory, resolve_board
-from toolkit.errors import EdgetuneError
+from toolkit.errors import ConfigError, EdgetuneError
 from toolkit.manifest import (MANIFEST, MAX_MANIFEST_BYTES, ExportError, ExportManifest, KernelEntry, inside,
                                      sha256_file)
 from toolkit.tuning.core.runner import MeasureOptions, Runner
@@ -223,13 +224,21 @@ class Export:
     def run_model(self, board: str | Board, inputs: np.ndarray | None = None, *, check: bool | None = False,
                   options: MeasureOptions | None = None, per_layer: bool = False,
                   tracker: tuple[str, int] | str | None = None, inventory: Inventory | None = None,
-                  on_wait: Any = None) -> ModelRun:
+                  on_wait: Any = None, agreement: Agreement | None = None) -> ModelRun:
         """Run the exported model on ``board``: every input of ``inputs`` (:meth:`model_inputs`) in one session,
         then timed as tuning times a kernel (``options``: number, repeat, min_repeat_ms, timeout_s); ``check``
         compares each output with the PyTorch model's (:meth:`reference`; ``None``: when that model loads here,
-        else ``message`` says why not); ``per_layer`` times each conv."""
+        else ``message`` says why not); ``per_layer`` times each conv; ``agreement``: the least agreement with the
+        float model a quantised model must show (reported either way)."""
         b = board if isinstance(board, Board) else resolve_board(board, inventory)
         self.check_board(b)
+        if agreement is not None and agreement.asked:
+            if not self.backend.quantised_models:
+                raise ConfigError(f"--min-cosine and --min-top1 judge quantised models against the float one; this "
+                                  f"{self.manifest.family} model runs in float32 and is checked against PyTorch's "
+                                  "outputs: drop them")
+            if check is False:
+                raise ConfigError("--min-cosine and --min-top1 compare with the PyTorch model: drop --no-check")
         xs = self.model_inputs(inputs)
         loaded, why = None, ""
         if check is not False:
@@ -246,7 +255,7 @@ class Export:
                    "tuned_seconds": (c.get("record") or {}).get("latency_s")}
                   for c in self._model()["convs"]] if per_layer else []
         reference = None if loaded is None else [reference_outputs(loaded, x) for x in xs]
-        correct, message = self.backend.check_model(timing, reference)
+        correct, message = self.backend.check_model(timing, reference, agreement)
         return ModelRun(b.name, timing.outputs, timing.costs, layers, correct,
                         "; ".join(m for m in (message, why) if m), timing.details)
 

@@ -37,8 +37,6 @@ PROGRAMS = "programs"
 CALIBRATION_SEED = 0
 CALIBRATION_SYNTHETIC = 16
 """Inputs drawn (standard normal, seed :data:`CALIBRATION_SEED`) to calibrate on when none are given."""
-MIN_COSINE = 0.99
-"""An int8 model's output agrees with PyTorch's when their cosine similarity is at least this (every input)."""
 
 
 def default_config(wl: Conv2dWorkload, hw: VTAConfig, *, relu: bool = True, shift: int = 8) -> Config:
