@@ -304,7 +304,8 @@ def check_private_key(path: Path) -> None:
 def validate_entry(entry: BoardEntry, check_key: bool = True) -> None:
     """Check a board entry before it is stored (``check_key``: its SSH key file exists)."""
     if not _NAME.fullmatch(entry.name):
-        raise BoardError(f"board name {entry.name!r} must be letters, digits, '.', '_' or '-' (max 64)")
+        raise BoardError(f"board name {entry.name!r} must start with a letter or digit, then letters, digits, '.', "
+                         "'_' or '-' (at most 64 in all)")
     if entry.host is not None and not _HOST.fullmatch(entry.host):
         raise BoardError(f"host {entry.host!r} is not a host name or an IP address; give one such as "
                          "192.168.2.99 or pynq1.local")
@@ -320,7 +321,7 @@ def validate_entry(entry: BoardEntry, check_key: bool = True) -> None:
         check_private_key(Path(entry.key).expanduser())
     for tag in entry.tags:
         if not isinstance(tag, str) or not _NAME.fullmatch(tag):
-            raise BoardError(f"tag {tag!r} must be letters, digits, '.', '_' or '-'")
+            raise BoardError(f"tag {tag!r} must start with a letter or digit, then letters, digits, '.', '_' or '-'")
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,13 @@ def test_a_full_disk_during_export_names_the_export_and_leaves_nothing(tmp_path)
 def test_agreement_thresholds_are_for_model_exports(vta_export):
     r = cli.invoke(app, ["run", str(vta_export), "-b", "vta-fsim", "--min-cosine", "0.9"])
     assert "--min-cosine and --min-top1 are for model exports" in one_line_error(r)
+
+
+def test_a_workload_asked_for_twice_is_exported_once(vta_export, tmp_path):
+    from toolkit.export.write import RepeatedWorkloadWarning
+
+    log = vta_export / "tuning-log.jsonl"
+    with pytest.warns(RepeatedWorkloadWarning, match="1 repeated workload"):
+        r = cli.invoke(app, ["export", "--log", str(log), "--out", str(tmp_path / "e"), "-w", VTA_WL, "-w", VTA_WL])
+    assert r.exit_code == 0, r.output
+    assert len(load_export(tmp_path / "e").kernels) == 1

@@ -206,6 +206,12 @@ def test_fallback_config_is_a_point_of_every_space():
 # -- bad inputs: one line, exit 2 ------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.slow
+def test_a_tuned_conv_names_its_trial_counted_from_one_as_report_does(model_export):
+    tuned = [c for c in load_export(model_export).manifest.model["convs"] if c["schedule"] == "tuned"]
+    assert tuned and all(c["why"] == f"trial {c['record']['trial'] + 1} of {c['record']['log']}" for c in tuned)
+
+
+@pytest.mark.slow
 def test_a_float_model_takes_no_agreement_threshold(model_export):
     assert "runs in float32" in one_line_error(_invoke("run", model_export, "-b", "local", "--min-top1", "0.5"))
 

@@ -117,6 +117,7 @@ def test_agreement_with_the_float_model_is_reported_and_fails_the_run_only_below
                                  "--min-cosine", "0.5", "--min-top1", "0.5")))
     agree = run["details"]["pytorch"]
     assert run["correct"] is True and agree["cosine_min"] < 1.0 and "reported" in run["message"]
+    assert f"top-1 agrees on {agree['top1_agreement']:.1%} of 40" in run["message"]       # not rounded to 100 %
     out = tmp_path / "y.npy"
     r = _invoke("run", digits_export, "-b", "vta-fsim", "--input", tmp_path / "x.npy", "--output", out,
                 "--min-cosine", "1.0")

@@ -135,7 +135,7 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
                                   f"the board's is {template.name}; tune the model on this board")
             config = record_config(template, rec, log)
             used.add(key)
-            plans.append(ConvPlan(node.module, wl, "tuned", f"trial {rec.trial} of {log.name}",
+            plans.append(ConvPlan(node.module, wl, "tuned", f"trial {rec.trial + 1} of {log.name}",
                                       {"log": log.name, "trial": rec.trial, "index": config.index,
                                        "config": config.values, "latency_s": rec.seconds, "tuner": rec.tuner},
                                       template, config))

@@ -48,6 +48,10 @@ def target_profile(board: str | Board | BoardProfile, inventory: Inventory | Non
             raise BoardError(f"{exc}; or give a board type") from None
 
 
+class RepeatedWorkloadWarning(UserWarning):
+    """The same workload was asked for more than once (it is exported once)."""
+
+
 class MissingKernelWarning(UserWarning):
     """An export leaves out a workload of the log that has no valid record."""
 
@@ -100,7 +104,11 @@ def _select(records: Iterable[Record], workloads: Sequence[str | Conv2dWorkload]
         if hit is None:
             raise ExportError(f"tuning log {log} has no valid record of workload {wl.label}; it has: {known}")
         picked.append(hit)
-    return picked
+    unique = list({r.workload_key: r for r in picked}.values())
+    if len(unique) < len(picked):
+        warnings.warn(f"{len(picked) - len(unique)} repeated workload(s) given with -w: each is exported once",
+                      RepeatedWorkloadWarning, stacklevel=3)
+    return unique
 
 
 def _template(backend: Any, record: Record, profile: BoardProfile) -> Template:

@@ -253,6 +253,8 @@ CASES: list[Case] = [
     # -- boards and the inventory ----------------------------------------------------------------------------------
     Case("board add: a name with a newline", ("board", "add", "b\n", "--type", "rpi4", "--host", "10.0.0.2"),
          "board name"),
+    Case("board add: a name of dots", ("board", "add", "..", "--type", "rpi4", "--host", "10.0.0.2"),
+         "must start with a letter or digit"),
     Case("board add: a name with a slash", ("board", "add", "a/b", "--type", "rpi4", "--host", "10.0.0.2"),
          "board name"),
     Case("board add: a built-in name", ("board", "add", "vta-fsim", "--type", "vta-fsim"), "built-in"),

@@ -325,7 +325,7 @@ class VTABackend(Backend):
             low.append(f"cosine min {agree['cosine_min']:.4f} < --min-cosine {want.min_cosine}")
         if want.min_top1 is not None and agree["top1_agreement"] < want.min_top1:
             low.append(f"top-1 agreement {agree['top1_agreement']:.2%} < --min-top1 {want.min_top1:.2%}")
-        quality = (f"against PyTorch (float32, reported): top-1 agrees on {agree['top1_agreement']:.0%} of "
+        quality = (f"against PyTorch (float32, reported): top-1 agrees on {agree['top1_agreement']:.1%} of "
                    f"{agree['samples']}, cosine min {agree['cosine_min']:.4f}")
         return exact and not low, "; ".join([verdict, quality, *low])
 
