@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 from toolkit.version import __version__
 from toolkit.boards import resolve_board
 from toolkit.errors import BoardError, LogError
-from toolkit.tuning.core.result import ErrorClass, MeasureResult
+from toolkit.tuning.core.result import ErrorClass, Measured, MeasureResult
 
 SCHEMA_VERSION = 1
 """Version of the log format written here."""
@@ -136,7 +136,7 @@ RECORD_TYPES: dict[str, tuple[type, ...]] = {
 
 
 @dataclass
-class Record:
+class Record(Measured):
     """One measurement. ``config`` is free-form (knob values, or another tool's schedule)."""
 
     workload: dict[str, Any]
@@ -154,15 +154,6 @@ class Record:
     timestamp: float = field(default_factory=time.time)
     build_s: float = 0.0
     run_s: float = 0.0
-
-    @property
-    def valid(self) -> bool:
-        return self.error is None and bool(self.costs)
-
-    @property
-    def seconds(self) -> float:
-        """Mean cost; ``inf`` when the measurement failed."""
-        return sum(self.costs) / len(self.costs) if self.valid else math.inf
 
     @property
     def workload_key(self) -> str:

@@ -20,8 +20,25 @@ class ErrorClass(str, Enum):
     BOARD_LOST = "board_lost"           # the board went away mid-measurement (retried, never recorded)
 
 
+class Measured:
+    """What a measurement's ``costs`` and ``error`` say; shared by :class:`MeasureResult` and a log's record."""
+
+    costs: list[float]
+    error: Any
+
+    @property
+    def valid(self) -> bool:
+        """True when the config ran and gave the right answer."""
+        return self.error is None and bool(self.costs)
+
+    @property
+    def seconds(self) -> float:
+        """Mean cost in seconds; ``inf`` for a failed measurement."""
+        return sum(self.costs) / len(self.costs) if self.valid else math.inf
+
+
 @dataclass
-class MeasureResult:
+class MeasureResult(Measured):
     """One measured (or failed) configuration.
 
     ``costs`` are seconds per run (``repeat`` values); empty when ``error`` is set.
@@ -38,12 +55,3 @@ class MeasureResult:
     run_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
 
-    @property
-    def valid(self) -> bool:
-        """True when the config ran and gave the right answer."""
-        return self.error is None and bool(self.costs)
-
-    @property
-    def seconds(self) -> float:
-        """Mean cost in seconds; ``inf`` for a failed measurement."""
-        return sum(self.costs) / len(self.costs) if self.valid else math.inf
