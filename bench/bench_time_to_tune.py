@@ -31,7 +31,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from bench.bench_ml2tuner import build_cache, make_task
-from bench.bench_testset import parse_label, per_trial_board_s
+from bench.bench_testset import per_trial_board_s
+from bench.testset_figures import parse_label
 from toolkit import console
 from toolkit.backends import network_tasks
 from toolkit.harness import environment, save_checkpoint, write_doc_section

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
+import bench.bench_ml2tuner as bm
+import bench.ml2tuner_report as report
 from toolkit.harness import trials_to_match
-
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_ml2tuner", Path(__file__).resolve().parents[2] / "bench" / "bench_ml2tuner.py")
-bm = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bm)
 
 
 def _run(history: list[float], invalid: int = 0) -> dict:
@@ -40,20 +35,20 @@ def test_saves_from_different_tuners_and_layers_merge(out_dir):
     assert saved["layers"]["C9"]["rmse"]["0"]["A"] == 0.04
     assert [c["cmd"] for c in saved["commands"]] == ["cmd a", "cmd b"]
 
-    table = bm.summarise({"pynq-tvm": saved["layers"]})["pynq-tvm"]
+    table = report.summarise({"pynq-tvm": saved["layers"]})["pynq-tvm"]
     ml2 = table["ml2tuner"]  # paired with xgb on C9 only: reaches xgb's best (1) at trial 2 of 4
     assert ml2["runs"] == 1 and ml2["reach_over_budget"] == pytest.approx(0.5)
     assert ml2["reach_over_xgb"] == pytest.approx(0.5) and ml2["invalid_reduction"] == pytest.approx(1.0)
-    assert bm.run_pairs(saved["layers"], ("ml2tuner", "xgb")) == {("C9", "0")}
+    assert report.run_pairs(saved["layers"], ("ml2tuner", "xgb")) == {("C9", "0")}
 
-    text = bm.section({"pynq-tvm": saved}, {"pynq-tvm": table})
+    text = report.section({"pynq-tvm": saved}, {"pynq-tvm": table})
     assert "pynq-tvm `ml2tuner`: layers C9 only, fewer than 5 seeds on C9" in text  # what was cut is said
     assert "| pynq-tvm | `ml2tuner` | 100.0% **met** | 50.0% **missed** | 0.400 **met** |" in text
     assert "`chameleon-ml2` is compared with its parents on the headline runs" in text  # none of its own here
 
     bm.save_runs("zcu102-tvm", 4, "cmd a", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])}}, {})   # cmd a ran both
     both = {s: bm.load_saved(s) for s in ("pynq-tvm", "zcu102-tvm")}
-    text = bm.section(both, bm.summarise({s: v["layers"] for s, v in both.items()}))
+    text = report.section(both, report.summarise({s: v["layers"] for s, v in both.items()}))
     assert text.count("- `cmd a`") == 1 and text.count("- `cmd b`") == 1                 # each invocation once
 
 
@@ -63,9 +58,9 @@ def test_no_invalid_trials_from_xgb_leaves_the_reduction_undefined_not_a_warning
     bm.save_runs("zcu102-tvm", 4, "cmd", "C9", meta, {"xgb": {"0": _run([3, 2, 2, 1])},
                                                    "ml2tuner": {"0": _run([2, 1, 1, 1])}}, {"0": RMSE})
     saved = bm.load_saved("zcu102-tvm")
-    table = bm.summarise({"zcu102-tvm": saved["layers"]})
+    table = report.summarise({"zcu102-tvm": saved["layers"]})
     assert math.isnan(table["zcu102-tvm"]["ml2tuner"]["invalid_reduction"])
-    text = bm.section({"zcu102-tvm": saved}, table)
+    text = report.section({"zcu102-tvm": saved}, table)
     assert "| zcu102-tvm | `ml2tuner` | - (xgb made none) | 50.0% **missed** |" in text
     assert "nan" not in text
 
@@ -91,6 +86,6 @@ def test_reach_difference_pairs_runs_and_counts_never_reached_as_the_budget():
     layers = {"C2": {"runs": {"xgb": {"0": _run(xgb), "1": _run(xgb)},
                               "a": {"0": _run([1.0] * 4), "1": _run([2.0] * 4)},     # reach 1/4, never (4/4)
                               "b": {"0": _run([2.0, 1.0, 1.0, 1.0]), "1": _run([3.0, 3.0, 1.0, 1.0])}}}}  # 2/4, 3/4
-    mean, se = bm.reach_difference(layers, {("C2", "0"), ("C2", "1")}, "a", "b")
+    mean, se = report.reach_difference(layers, {("C2", "0"), ("C2", "1")}, "a", "b")
     assert mean == pytest.approx(0.0)  # (-1/4 + 1/4) / 2
     assert se == pytest.approx(0.25)   # std of (-0.25, 0.25) with ddof 1 is 0.354; / sqrt(2)

@@ -1,4 +1,5 @@
-"""Every script in bench/ (bench/explore/ included) imports and answers --help: none rots unnoticed."""
+"""Every script in bench/ (bench/explore/ included) imports and answers --help, and every module the scripts share
+imports: none rots unnoticed."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p for p in (ROOT / "bench").rglob("*.py") if p.name != "__init__.py")
+FILES = sorted(p for p in (ROOT / "bench").rglob("*.py") if p.name != "__init__.py")
+SCRIPTS = [p for p in FILES if 'if __name__ == "__main__":' in p.read_text()]
 CHECK = """
-import contextlib, io, runpy, sys
+import contextlib, importlib, io, runpy, sys
 failed = []
 for module in sys.argv[1:]:
+    if module.startswith("import:"):
+        try:
+            importlib.import_module(module[len("import:"):])
+        except Exception as exc:
+            failed.append(f"{module}: {type(exc).__name__}: {exc}")
+        continue
     out = io.StringIO()
     sys.argv = [module, "--help"]
     try:
@@ -28,8 +36,11 @@ print("\\n".join(failed))
 
 
 def test_every_script_imports_and_prints_its_help():
-    modules = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in SCRIPTS]
-    assert len(modules) >= 15
+    def name(p: Path) -> str:
+        return ".".join(p.relative_to(ROOT).with_suffix("").parts)
+
+    modules = [name(p) if p in SCRIPTS else "import:" + name(p) for p in FILES]
+    assert len(SCRIPTS) >= 15
     proc = subprocess.run([sys.executable, "-c", CHECK, *modules], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -9,6 +9,7 @@ import math
 import pytest
 
 import bench.bench_testset as testset
+import bench.testset_figures as figs
 from toolkit.harness import BenchResult, BenchRun, run_bench
 from toolkit.boards import resolve_board
 from toolkit.workloads import parse_workload
@@ -24,22 +25,22 @@ def _run(history, stopped="budget", tuner="xgb", seed=0, tuner_s=1.0, build_s=0.
 
 def test_a_run_stopped_at_the_optimum_counts_as_holding_it():
     stopped = _run([3.0, 2.0, 1.0], stopped="target")
-    assert testset.padded(stopped, 6) == [3.0, 2.0, 1.0, 1.0, 1.0, 1.0]
-    f = testset.run_figures(stopped, 1.0, 6, board_s=1.0)
+    assert figs.padded(stopped, 6) == [3.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    f = figs.run_figures(stopped, 1.0, 6, board_s=1.0)
     assert f["t_opt"] == 3 and f["reached"] and f["mean_regret"] == pytest.approx((2 + 1) / 6)
     assert f["r10"] == 0.0 and f["t_1"] == 3
-    never = testset.run_figures(_run([None, 4.0, 2.0]), 1.0, 3, board_s=1.0)
+    never = figs.run_figures(_run([None, 4.0, 2.0]), 1.0, 3, board_s=1.0)
     assert never["t_opt"] == 3 and not never["reached"]           # counted with the whole budget
     assert never["mean_regret"] == pytest.approx((10 + 3 + 1) / 3)
 
 
 def test_board_time_counts_compiles_trials_and_the_tuner():
     run = _run([2.0, 1.0, 1.0, 1.0], tuner_s=4.0, build_s=2.0, compiled=12)   # 0.5 s a build
-    f = testset.run_figures(run, 1.0, 4, board_s=1.0)
+    f = figs.run_figures(run, 1.0, 4, board_s=1.0)
     # 2 trials x (0.5 + 1) + half of (8 unmeasured compiles x 0.5 + 4 s of tuner time)
     assert f["board_s_to_opt"] == pytest.approx(2 * 1.5 + 0.5 * (8 * 0.5 + 4.0))
     stopped = _run([2.0, 1.0, 1.0, 1.0], stopped="target", tuner_s=4.0, build_s=2.0, compiled=12)
-    f = testset.run_figures(stopped, 1.0, 4, board_s=1.0)
+    f = figs.run_figures(stopped, 1.0, 4, board_s=1.0)
     # stopped after the round holding the optimum: every compile and all the tuner's time came before it
     assert f["board_s_to_opt"] == pytest.approx(2 * 1.5 + (8 * 0.5 + 4.0))
 
@@ -49,7 +50,7 @@ def test_paired_figures_against_the_reference():
                       {"w": {"optimum": 1.0}})
     res.runs = [_run([2.0, 2.0, 2.0, 1.0], seed=0), _run([2.0, 2.0, 1.0, 1.0], seed=1),
                 _run([1.0], stopped="target", tuner="t", seed=0), _run([2.0, 1.0], stopped="target", tuner="t", seed=1)]
-    fig = testset.figures(res, board_s=1.0)
+    fig = figs.figures(res, board_s=1.0)
     assert fig["t"]["t_opt_vs_ref"] == pytest.approx(math.sqrt(1 * 2) / math.sqrt(4 * 3))
     d = fig["t"]["log2_diff"]
     assert d.n == 2 and d.mean == pytest.approx(((0 - 2) + (1 - math.log2(3))) / 2)
@@ -66,7 +67,7 @@ def test_cold_start_lines_set_the_cold_tuners_against_a_random_first_round():
     res.runs = [_run(h, seed=s) for s, h in enumerate(xgb)] + [_run(h, tuner="ml2tuner", seed=s)
                                                                for s, h in enumerate(cold)]
     res.runs.append(_run([1.0], stopped="target", tuner="ml2tuner:transfer=pretrained"))
-    text = "\n".join(testset.cold_start(res))
+    text = "\n".join(figs.cold_start(res))
     assert f"9 trials: {math.sqrt(9 / 36 * 9 / 18):.3f}x of xgb's" in text
     assert f"| ml2tuner | 2 | {math.sqrt(12 * 40):.1f} | 26 | 50% / 50% / 100% | " \
            f"{math.sqrt(12 * 40) / math.sqrt(36 * 18):.3f} |" in text
@@ -84,10 +85,10 @@ def test_transfer_is_set_against_its_cold_self_layer_by_layer():
     for s, (n_warm, n_cold) in enumerate([(20, 4), (21, 4), (19, 5)]):    # layer b: transfer worse
         res.runs += [BenchRun("b", warm, s, n_warm, 0, 1.0, 1.0, 1.0, [2.0] * (n_warm - 1) + [1.0], stopped="target"),
                      BenchRun("b", cold, s, n_cold, 0, 1.0, 1.0, 1.0, [2.0] * (n_cold - 1) + [1.0], stopped="target")]
-    lines = testset.transfer_check(res)
+    lines = figs.transfer_check(res)
     row = next(x for x in lines if x.startswith(f"| {warm} | {cold} | 2 |"))
     assert "| 1 / 1 |" in row and "(b)" in row, row
-    assert testset.cold_label(warm) == cold and testset.parse_label(warm)[1]["prior_check"] == "False"
+    assert figs.cold_label(warm) == cold and figs.parse_label(warm)[1]["prior_check"] == "False"
 
 
 def test_report_from_a_real_replayed_bench(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_testset import parse_label
+from bench.testset_figures import parse_label
 from toolkit.backends import make_task
 from toolkit.backends.vta.backend import with_vta_preset
 from toolkit.boards import resolve_board
