@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench import gpu_check
+from bench import gpu_check, gpu_folder, gpu_prepare
 from toolkit.testing.cli import one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ EM_X86_64 = 62
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The check with the fallback config and one random candidate, no wheels (no network in the test)."""
     folder = tmp_path_factory.mktemp("gpu-check") / "check"
-    gpu_check.prepare(folder, candidates=1, wheels=False, say=lambda _: None)
+    gpu_prepare.prepare(folder, candidates=1, wheels=False, say=lambda _: None)
     return folder
 
 
@@ -36,9 +36,9 @@ def _run(*args: str | Path) -> subprocess.CompletedProcess:
 def test_prepare_lists_and_hashes_every_file_within_the_carry_limit(prepared: Path) -> None:
     info = gpu_check.verified(prepared)
     on_disk = {p.relative_to(prepared).as_posix() for p in prepared.rglob("*") if p.is_file()}
-    assert on_disk - set(info["files"]) == {gpu_check.MANIFEST}
-    assert info["bytes"] < gpu_check.MAX_BYTES
-    assert info["target"]["arch"] == gpu_check.GPU_ARCH and info["target"]["host"]["mtriple"].startswith("x86_64")
+    assert on_disk - set(info["files"]) == {gpu_folder.MANIFEST}
+    assert info["bytes"] < gpu_folder.MAX_BYTES
+    assert info["target"]["arch"] == gpu_folder.GPU_ARCH and info["target"]["host"]["mtriple"].startswith("x86_64")
     kernels = info["kernel"]["candidates"]
     assert len(kernels) == 2 and kernels[0]["fallback"] and not kernels[1]["fallback"]
     assert len({k["index"] for k in kernels}) == 2
@@ -52,7 +52,7 @@ def test_libraries_are_x86_64_and_embed_the_cuda_source_the_gpu_compiles(prepare
         data = lib.read_bytes()
         assert data[:4] == b"\x7fELF" and data[18] == EM_X86_64
         assert re.search(rb'extern "C" __global__ void __launch_bounds__\(\d+\) \w+\(', data), lib
-    with tarfile.open(prepared / gpu_check.RUNTIME) as tar:
+    with tarfile.open(prepared / gpu_folder.RUNTIME) as tar:
         names = set(tar.getnames())
     assert {"tvm/__init__.py", "tvm/lib/libtvm_runtime.so", "tvm/lib/libtvm_runtime_cuda.so"} <= names
     assert not any("libtvm_compiler" in n for n in names)
@@ -84,7 +84,7 @@ def test_a_changed_or_planted_file_is_refused_before_anything_loads(prepared: Pa
     lib.unlink()
     lib.symlink_to(prepared / gpu_check.verified(prepared)["kernel"]["candidates"][0]["library"])
     assert "not a plain file inside" in one_line_error(_run("run", copy, "--out", tmp_path / "o"))
-    (copy / gpu_check.MANIFEST).write_text("{")
+    (copy / gpu_folder.MANIFEST).write_text("{")
     assert "is not a check manifest" in one_line_error(_run("run", copy, "--out", tmp_path / "o"))
     assert "is not a prepared check" in one_line_error(_run("run", tmp_path, "--out", tmp_path / "o"))
 
