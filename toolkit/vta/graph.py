@@ -3,15 +3,10 @@
 A :class:`Graph` is plain data (``graph.json`` plus an ``.npz`` of arrays in an export): layers in
 execution order, each naming its inputs. Tensors between layers are int8 with a per-tensor power-of-two
 scale (``value = q * 2**-exp``) until the first layer that leaves the integers (global average pooling,
-the classifier), then float32. Layers:
-
-- ``conv`` (``device`` ``vta`` or ``cpu``): int32 accumulation, ``+ bias`` at the accumulator scale
-  (the rounding offset folded in), arithmetic ``>> shift``, clip to [0, 127] with ReLU or [-128, 127]:
-  exactly VTA's ALU epilogue (:func:`toolkit.vta.reference.requantize`). A VTA conv runs the program the
-  export holds, on packed tensors; consecutive VTA convs pass packed tensors without unpacking.
-- ``add`` (a residual add, on the CPU: VTA's ALU adds int32 accumulator tensors, not two int8 tensors in
-  DRAM): both inputs aligned to the finer scale, summed in int32, rounded back by a shift, optional ReLU.
-- ``relu``, ``maxpool`` (int8), ``avgpool`` (global, dequantises), ``flatten``, ``linear`` (float32).
+the classifier), then float32. Each op (``conv``, ``add``, ``relu``, ``maxpool``, ``avgpool``, ``flatten``,
+``linear``) is one entry of :data:`toolkit.vta.ops.OPS`: its attributes, checks and int8 reference. A VTA
+conv runs the program the export holds, on packed tensors; consecutive VTA convs pass packed tensors
+without unpacking.
 
 :func:`execute` runs a graph: with ``vta=None`` every conv runs in numpy (the int8 reference), else VTA
 convs call ``vta(layer, packed_input)``. Board-side code needs only numpy and this package.
@@ -36,17 +31,10 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import ExportError
-from toolkit.vta.reference import conv2d_int32, im2col, requantize
+from toolkit.vta.ops import OPS, Tensor
 
-OPS = ("conv", "add", "relu", "maxpool", "avgpool", "flatten", "linear")
-DEVICES = ("cpu", "vta")
 INPUT = "input"
 MAX_LAYERS = 10_000
-_ATTRS: dict[str, tuple[str, ...]] = {
-    "conv": ("stride", "pad", "groups", "shift", "relu", "exp"),
-    "add": ("relu", "exp"),
-    "relu": (), "maxpool": ("kernel", "stride", "pad"), "avgpool": (), "flatten": (), "linear": (),
-}
 
 
 @dataclass
@@ -98,22 +86,19 @@ class Graph:
             name, op, inputs = lo.get("name"), lo.get("op"), lo.get("inputs")
             need(isinstance(name, str) and name not in seen and 0 < len(name) <= 200, f"layer {i} has a bad or "
                  "repeated name")
-            need(op in OPS, f"layer {name} has an unknown op {str(op)[:40]!r}")
-            need(isinstance(inputs, list) and len(inputs) == (2 if op == "add" else 1)
+            need(isinstance(op, str) and op in OPS, f"layer {name} has an unknown op {str(op)[:40]!r}")
+            spec = OPS[op]
+            need(isinstance(inputs, list) and len(inputs) == spec.arity
                  and all(isinstance(n, str) and n in seen for n in inputs),
-                 f"layer {name} must take {'two' if op == 'add' else 'one'} earlier layer(s) as inputs")
+                 f"layer {name} must take {'two' if spec.arity == 2 else 'one'} earlier layer(s) as inputs")
             device = lo.get("device", "cpu")
-            need(device in DEVICES and (device == "cpu" or op == "conv"), f"layer {name} has a bad device")
+            need(device in spec.devices, f"layer {name} has a bad device")
             attrs = lo.get("attrs", {})
             need(isinstance(attrs, dict), f"layer {name} attrs must be an object")
-            for key in _ATTRS[op]:
-                value = attrs.get(key)
-                ok = isinstance(value, bool) if key == "relu" else (
-                    _ints(value, 2) if key in ("stride", "kernel") else
-                    _ints(value, 2, low=0) if key == "pad" else _int(value))
-                need(ok, f"layer {name} attribute {key} is missing or malformed")
-            if op == "conv":
-                need(0 <= attrs["shift"] <= 31 and attrs["groups"] >= 1, f"layer {name} has a bad shift or groups")
+            for key, kind in spec.attrs.items():
+                need(_of_kind(attrs.get(key), kind), f"layer {name} attribute {key} is missing or malformed")
+            wrong = spec.check(attrs)
+            need(wrong is None, f"layer {name} has {wrong}")
             seen.add(name)
             layers.append(Layer(name, op, list(inputs), device, attrs))
         outputs = obj.get("outputs")
@@ -128,49 +113,8 @@ def check_arrays(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, tuple
     """Every array a layer needs, of its dtype and a shape that fits its input (:class:`ExportError` saying
     which does not); each tensor's shape."""
     shapes: dict[str, tuple[int, ...]] = {INPUT: tuple(graph.input_shape)}
-
-    def array(name: str, dtype: str, ndim: int) -> np.ndarray:
-        a = arrays.get(name)
-        if a is None or a.dtype != np.dtype(dtype) or a.ndim != ndim or not a.size:
-            raise ExportError(f"the model's weights lack {name} ({dtype}, {ndim}-D); re-export the model")
-        return a
-
     for layer in graph.layers:
-        s = shapes[layer.inputs[0]]
-        at, name = layer.attrs, layer.name
-        if layer.op == "conv":
-            int_graph = len(s) == 4
-            w, b = array(f"{name}.weight", "int8", 4), array(f"{name}.bias", "int32", 1)
-            (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], at["stride"], at["pad"]
-            if not int_graph or w.shape[1] * at["groups"] != s[1] or w.shape[0] % at["groups"] or b.shape[0] != \
-                    w.shape[0] or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
-                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
-                                  "re-export the model")
-            shapes[name] = (s[0], w.shape[0], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
-        elif layer.op == "add":
-            if shapes[layer.inputs[1]] != s:
-                raise ExportError(f"layer {name} adds tensors of shapes {list(s)} and "
-                                  f"{list(shapes[layer.inputs[1]])}; re-export the model")
-            shapes[name] = s
-        elif layer.op == "maxpool":
-            (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["pad"]
-            if len(s) != 4 or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
-                raise ExportError(f"layer {name}: pooling window larger than its input; re-export the model")
-            shapes[name] = (s[0], s[1], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
-        elif layer.op == "avgpool":
-            if len(s) != 4:
-                raise ExportError(f"layer {name} pools a {len(s)}-D tensor; re-export the model")
-            shapes[name] = (s[0], s[1], 1, 1)
-        elif layer.op == "flatten":
-            shapes[name] = (s[0], int(np.prod(s[1:])))
-        elif layer.op == "linear":
-            w, b = array(f"{name}.weight", "float32", 2), array(f"{name}.bias", "float32", 1)
-            if int(np.prod(s[1:])) != w.shape[1] or b.shape[0] != w.shape[0]:
-                raise ExportError(f"layer {name}: weights {list(w.shape)} do not fit its input {list(s)}; "
-                                  "re-export the model")
-            shapes[name] = (s[0], w.shape[0])
-        else:
-            shapes[name] = s
+        shapes[layer.name] = OPS[layer.op].shape(layer, [shapes[n] for n in layer.inputs], arrays)
     return shapes
 
 
@@ -183,23 +127,9 @@ def _ints(v: Any, n: int, low: int = 1) -> bool:
                                                        and low <= x <= 1 << 16 for x in v)
 
 
-@dataclass
-class Tensor:
-    """An activation: int8 ``data`` at scale ``2**-exp`` (``exp`` ``None``: float32), NCHW or VTA-packed."""
-
-    data: np.ndarray
-    exp: int | None
-    packed: bool = False
-
-    def nchw(self, hw: Any) -> np.ndarray:
-        from toolkit.vta.reference import unpack_output
-
-        return unpack_output(self.data, hw) if self.packed else self.data
-
-    def real(self, hw: Any) -> np.ndarray:
-        """The values as float32."""
-        x = self.nchw(hw)
-        return x if self.exp is None else (x.astype(np.float32) * np.float32(2.0 ** -self.exp))
+def _of_kind(v: Any, kind: str) -> bool:
+    """Whether an attribute value is of its :data:`toolkit.vta.ops.Op.attrs` kind."""
+    return {"bool": isinstance(v, bool), "int": _int(v), "pair": _ints(v, 2), "pad": _ints(v, 2, low=0)}[kind]
 
 
 @dataclass
@@ -243,71 +173,11 @@ def execute(graph: Graph, arrays: dict[str, np.ndarray], x: np.ndarray, *, vta: 
             tensors[layer.name] = Tensor(out, layer.attrs["exp"], packed=True)
             continue
         t0 = clock()
-        tensors[layer.name] = _run_cpu(layer, [a if not a.packed else Tensor(a.nchw(hw), a.exp) for a in args],
-                                       arrays, hw)
+        tensors[layer.name] = OPS[layer.op].run(layer, [Tensor(a.nchw(hw), a.exp) if a.packed else a for a in args],
+                                                arrays, hw)
         seconds[layer.name] = clock() - t0
     outs = [np.ascontiguousarray(tensors[n].real(hw), dtype=np.float32) for n in graph.outputs]
     return Execution(outs, tensors, seconds)
-
-
-def _run_cpu(layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
-    a, op = layer.attrs, layer.op
-    x = args[0]
-    if op == "conv":
-        w, b = arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"]
-        acc = conv2d_int32(x.data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
-        return Tensor(requantize(acc, b, a["shift"], relu=a["relu"], acc_bias=True), a["exp"])
-    if op == "add":
-        y = args[1]
-        if x.exp is None or y.exp is None:
-            out = x.real(hw) + y.real(hw)
-            return Tensor(np.maximum(out, 0) if a["relu"] else out, None)
-        top = max(x.exp, y.exp)
-        s = (x.data.astype(np.int32) << (top - x.exp)) + (y.data.astype(np.int32) << (top - y.exp))
-        r = top - a["exp"]
-        if r > 0:
-            s = (s + (1 << (r - 1))) >> r
-        return Tensor(np.clip(s, 0 if a["relu"] else -128, 127).astype(np.int8), a["exp"])
-    if op == "relu":
-        return Tensor(np.maximum(x.data, 0).astype(x.data.dtype), x.exp)
-    if op == "maxpool":
-        return Tensor(maxpool(x.data, tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"]),
-                              -128 if x.exp is not None else -np.inf), x.exp)
-    if op == "avgpool":
-        return Tensor(x.real(hw).mean(axis=(2, 3), keepdims=True, dtype=np.float32), None)
-    if op == "flatten":
-        return Tensor(x.data.reshape(x.data.shape[0], -1), x.exp)
-    if op == "linear":
-        out = x.real(hw).reshape(x.data.shape[0], -1) @ arrays[f"{layer.name}.weight"].T
-        return Tensor((out + arrays[f"{layer.name}.bias"]).astype(np.float32), None)
-    raise ExportError(f"layer {layer.name}: unknown op {op}")
-
-
-def conv2d_float(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],
-                 groups: int = 1) -> np.ndarray:
-    """float32 NCHW x OIHW convolution plus bias (the float graph :mod:`toolkit.vta.quantize` calibrates on)."""
-    n = x.shape[0]
-    o, cg, kh, kw = w.shape
-    cols, oh, ow = im2col(x.astype(np.float32), kh, kw, stride, pad, 0.0)
-    og = o // groups
-    out = np.empty((n, o, oh * ow), np.float32)
-    for g in range(groups):
-        xs = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
-        out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", w[g * og:(g + 1) * og].reshape(og, -1), xs,
-                                                optimize=True)
-    return out.reshape(n, o, oh, ow) + b.reshape(1, -1, 1, 1).astype(np.float32)
-
-
-def maxpool(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int],
-            fill: float) -> np.ndarray:
-    """Max pooling (floor mode) with ``fill`` as the padding value."""
-    n, c, h, w = x.shape
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
-    xp = np.full((n, c, h + 2 * ph, w + 2 * pw), fill, x.dtype)
-    xp[:, :, ph:ph + h, pw:pw + w] = x
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw][:, :, :oh, :ow]
-    return win.max(axis=(4, 5))
 
 
 # -- a whole model in one .npz: what the board agent's edgetune.vta.run_model takes --------------------------

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolkit.errors import WorkloadError
+from toolkit.workloads.aten import conv_args, is_conv, module_of, padding_pair
 from toolkit.workloads.networks import ConvLayer, Network, merge_layers
 from toolkit.workloads import Conv2dWorkload
 
@@ -173,10 +174,10 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
     skipped: list[tuple[str, str]] = []
     convs: list[ConvNode] = []
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not _is_conv(node.target):
+        if node.op != "call_function" or not is_conv(node.target):
             continue
         module = module_of(node)
-        conv = _conv_args(node)
+        conv = conv_args(node)
         x_shape = tuple(node.args[0].meta["tensor_meta"].shape)
         w_shape = tuple(node.args[1].meta["tensor_meta"].shape)
         if len(x_shape) != 4:
@@ -186,7 +187,7 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
             skipped.append((module, "transposed conv: not a conv2d workload"))
             continue
         kh, kw = w_shape[2], w_shape[3]
-        pad = _padding(conv["padding"], conv["dilation"], (kh, kw), conv["stride"])
+        pad = padding_pair(conv["padding"], conv["dilation"], (kh, kw), conv["stride"])
         if pad is None:
             skipped.append((module, f"asymmetric padding {conv['padding']!r}: not a conv2d workload"))
             convs.append(ConvNode(module, None, skipped[-1][1]))
@@ -412,63 +413,14 @@ def _factory(mod_name: str, attr: str) -> tuple[Any, str | None]:
     return obj, getattr(mod, "__file__", None)
 
 
-def _is_conv(target: Any) -> bool:
-    name = str(target)
-    return name.startswith(("aten.conv2d.", "aten.convolution.", "aten._convolution.", "aten.conv1d.",
-                            "aten.conv3d.", "aten.conv_transpose"))
 
 
-def _conv_args(node: Any) -> dict[str, Any]:
-    """stride, padding, dilation, groups and transposed of a conv node, defaults filled in."""
-    name = str(node.target)
-    args = list(node.args) + [None] * 12
-    kw = node.kwargs
-    if name.startswith(("aten.convolution.", "aten._convolution.")):
-        out = {"stride": args[3], "padding": args[4], "dilation": args[5], "transposed": bool(args[6]),
-               "groups": args[8]}
-    elif name.startswith("aten.conv_transpose"):
-        out = {"stride": args[3], "padding": args[4], "dilation": args[7], "transposed": True, "groups": args[6]}
-    else:
-        out = {"stride": args[3], "padding": args[4], "dilation": args[5], "transposed": False, "groups": args[6]}
-    for key in ("stride", "padding", "dilation", "groups"):
-        if key in kw:
-            out[key] = kw[key]
-    defaults = {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1}
-    for key, default in defaults.items():
-        if out[key] is None:
-            out[key] = default
-    for key in ("stride", "dilation"):
-        out[key] = _pair(out[key])
-    if not isinstance(out["padding"], str):
-        out["padding"] = _pair(out["padding"])
-    return out
 
 
-def _pair(value: Any) -> tuple[int, int]:
-    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
 
 
-def _padding(padding: Any, dilation: tuple[int, int], kernel: tuple[int, int],
-             stride: tuple[int, int]) -> tuple[int, int] | None:
-    """Symmetric (ph, pw), or ``None`` when ``padding="same"`` needs an asymmetric pad."""
-    if padding == "valid":
-        return 0, 0
-    if padding == "same":
-        totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
-        return None if any(t % 2 for t in totals) else (totals[0] // 2, totals[1] // 2)
-    return tuple(padding)  # type: ignore[return-value]
 
 
-def module_of(node: Any) -> str:
-    """The module path of a conv node: its weight's owner (``layer1.0.conv1``), else the node name."""
-    weight = node.args[1]
-    if getattr(weight, "op", None) == "get_attr" and "." in str(weight.target):
-        return str(weight.target).rsplit(".", 1)[0]
-    stack = node.meta.get("nn_module_stack") or {}
-    if stack:
-        return list(stack.values())[-1][0] or node.name
-    return node.name
 
 
 def _first_line(exc: BaseException) -> str:

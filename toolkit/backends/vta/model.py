@@ -1,6 +1,6 @@
 """Whole models on VTA boards: a PyTorch model quantised to an int8 graph whose convs are VTA programs.
 
-:func:`compile_vta_model` reads the model's float graph (:func:`toolkit.vta.quantize.float_graph`),
+:func:`compile_vta_model` reads the model's float graph (:func:`toolkit.vta.from_torch.float_graph`),
 calibrates and quantises it, compiles every conv VTA can run with its requantisation (bias at the
 accumulator scale, the layer's shift, ReLU or not) under its tuned config or, untuned, the largest tiles
 that fit (:func:`default_config`), and writes the package: ``graph.json`` (the int8 graph),
@@ -71,7 +71,8 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     layer's name in the int8 graph."""
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
-    from toolkit.vta.quantize import conv_workload, float_graph, quantize, vta_refusal
+    from toolkit.vta.from_torch import float_graph
+    from toolkit.vta.quantize import conv_workload, quantize, vta_refusal
 
     hw = get_preset(profile.vta["preset"])
     placeholder = next(n for n in program.graph.nodes if n.op == "placeholder"
