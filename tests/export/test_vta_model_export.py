@@ -27,6 +27,7 @@ from toolkit.tuning.core.space import Config
 from toolkit.vta.compiler import check_config
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError
+from toolkit.vta.reference import unpack_weight
 from toolkit.workloads.extract import load_model
 
 cli = CliRunner()
@@ -305,10 +306,19 @@ def test_tampered_vta_model_packages_are_refused_in_one_line(digits_export, tmp_
     shutil.copyfile(d / "programs" / "7.vtaprog", d / "programs" / "3.vtaprog")
     _rehash(d, "programs/3.vtaprog")
     assert "region" in one_line_error(_invoke("run", d, "-b", "vta-fsim"))
-    e = copy("e")       # weights of the wrong shape, re-hashed
-    with np.load(e / "weights.npz") as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    arrays["7.weight"] = arrays["7.weight"][:, :16]
-    np.savez(e / "weights.npz", **arrays)
-    _rehash(e, "weights.npz")
-    assert "do not fit its input" in one_line_error(_invoke("run", e, "-b", "vta-fsim"))
+    with np.load(digits_export / "weights.npz") as npz:
+        stored = {k: npz[k] for k in npz.files}
+    w = stored["7.weight"]                               # a VTA layer's weights are stored packed
+    assert w.ndim == 6 and stored["7.bias"].ndim == 6
+    ob, ib, kh, kw, bo, bi = w.shape
+    oihw = unpack_weight(w)
+    for name, weight, words in (
+            ("e", w[:, :max(1, ib // 2)], "do not fit its input"),          # input-channel blocks cut
+            ("f", oihw, "no 7.weight as a 6-D int8 array"),                        # stored unpacked
+            # packed for a VTA of 8-wide input blocks: the same OIHW weights in another layout
+            ("g", np.ascontiguousarray(oihw.reshape(ob, bo, 2 * ib, bi // 2, kh, kw).transpose(0, 2, 4, 5, 1, 3)),
+             "wgt region")):
+        e = copy(name)
+        np.savez(e / "weights.npz", **{**stored, "7.weight": weight})
+        _rehash(e, "weights.npz")
+        assert words in one_line_error(_invoke("run", e, "-b", "vta-fsim")), name

@@ -13,6 +13,7 @@ from toolkit.errors import ExportError
 from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.graph import Graph, execute
+from toolkit.vta.ops import OPS
 from toolkit.vta.reference import conv2d_int32, run_conv2d
 from toolkit.workloads import parse_workload
 
@@ -148,7 +149,10 @@ def _vta_package():
     wl = parse_workload("conv2d:H=4,W=4,CI=16,CO=16,K=3,S=1,P=1")
     program = compile_conv2d(wl, default_config(wl, HW).values, HW, bias=True, acc_bias=True, shift=6,
                              relu=True).program
-    return g, arrays, to_package(g, arrays, {"c": program.to_bytes()}, HW.to_json())
+    stored = dict(arrays)
+    OPS["conv"].to_vta(g.layer("c"), stored, HW, batch=1)       # packed once, at export
+    assert stored["c.weight"].shape == (1, 1, 3, 3, 16, 16) and stored["c.bias"].shape == (1, 1, 1, 1, 1, 16)
+    return g, arrays, to_package(g, stored, {"c": program.to_bytes()}, HW.to_json())
 
 
 def test_a_packaged_model_runs_bit_exact_through_a_program_runner():
@@ -169,16 +173,24 @@ def test_a_packaged_model_runs_bit_exact_through_a_program_runner():
     outputs, seconds, digests = run_package(package, x, run_program)
     assert calls == [["bias", "inp", "wgt"]] * 3 and all(s["c"] > 0 for s in seconds)
     for i in range(3):
-        ref = execute(g, arrays, x[i:i + 1])
+        ref = execute(g, arrays, x[i:i + 1])       # the reference from the unpacked (OIHW) arrays
         assert digests[i] == tensor_digests(ref, HW) and np.array_equal(outputs[i][0], ref.outputs[0])
+        packed_ref = execute(g, {k.split(":", 1)[1]: v for k, v in package.items() if k.startswith("array:")},
+                             x[i:i + 1])
+        assert tensor_digests(packed_ref, HW) == digests[i]     # and from the packed ones, as a board reads them
 
 
 @pytest.mark.parametrize("change,words", [
     (lambda p: p.pop("program:c"), "no program for VTA layer c"),
     (lambda p: p.update(graph=np.frombuffer(b"{not json", np.uint8)), "not JSON"),
     (lambda p: p.pop("hardware"), "no hardware"),
-    (lambda p: p.update({"array:c.weight": np.zeros((16, 8, 3, 3), np.int8)}), "do not fit its input"),
-    (lambda p: p.update({"array:c.bias": np.zeros(16, np.float32)}), "lack c.bias"),
+    (lambda p: p.update({"array:c.weight": np.zeros((1, 2, 3, 3, 16, 16), np.int8)}), "do not fit its input"),
+    (lambda p: p.update({"array:c.weight": np.zeros((16, 16, 3, 3), np.int8)}), "no c.weight as a 6-D int8 array"),
+    (lambda p: p.update({"array:c.weight": np.zeros((1, 1, 3, 3, 16, 16), np.int16)}), "no c.weight as a 6-D int8"),
+    # packed for another VTA config's blocks (16 x 8): the same OIHW shape, not the program's layout
+    (lambda p: p.update({"array:c.weight": np.zeros((1, 2, 3, 3, 16, 8), np.int8)}), "wgt region"),
+    (lambda p: p.update({"array:c.bias": np.zeros(16, np.float32)}), "no c.bias as a 6-D int32"),
+    (lambda p: p.update({"array:c.bias": np.zeros((1, 2, 1, 1, 1, 8), np.int32)}), "packed bias"),
 ])
 def test_hostile_packages_are_refused_with_what_is_wrong(change, words):
     from toolkit.vta.graph import run_package

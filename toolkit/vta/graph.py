@@ -225,7 +225,6 @@ def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program:
     """Every input of ``inputs`` (stacked on axis 0) through a packaged model, its VTA layers through
     ``run_program``: (outputs per input, seconds per layer per input, crc32 of every int8 tensor per input)."""
     from toolkit.vta.program import Program
-    from toolkit.vta.reference import pack_bias, pack_weight
 
     graph, arrays, programs, hw = from_package(package)
     n = graph.input_shape[0]
@@ -233,11 +232,15 @@ def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program:
         raise ExportError(f"the model takes inputs of shape {list(graph.input_shape)}, got {list(inputs.shape)}")
     packed = {}
     for layer in graph.layers:
-        if layer.device == "vta":
+        if layer.device == "vta":      # weights and bias are stored packed: nothing is packed here
             prog = Program.from_bytes(programs[layer.name])
-            packed[layer.name] = (programs[layer.name], tuple(prog.regions["out"].shape), {
-                "wgt": pack_weight(arrays[f"{layer.name}.weight"], hw),
-                "bias": pack_bias(arrays[f"{layer.name}.bias"], hw, batch=n)})
+            named = {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+            for region, arr in named.items():
+                if region in prog.regions and tuple(prog.regions[region].shape) != arr.shape:
+                    raise ExportError(f"layer {layer.name}: its program's {region} region is "
+                                      f"{list(prog.regions[region].shape)}, its array {list(arr.shape)}; "
+                                      "re-export the model")
+            packed[layer.name] = (programs[layer.name], tuple(prog.regions["out"].shape), named)
 
     def on_vta(layer: Layer, x: np.ndarray) -> tuple[np.ndarray, float]:
         program, shape, named = packed[layer.name]

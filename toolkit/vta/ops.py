@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from toolkit.errors import ExportError
-from toolkit.vta.reference import conv2d_int32, im2col, requantize
+from toolkit.vta.reference import conv2d_int32, im2col, requantize, unpack_bias, unpack_weight
 
 if TYPE_CHECKING:
     from toolkit.vta.graph import Layer
@@ -73,7 +73,7 @@ def need_array(arrays: dict[str, np.ndarray], name: str, dtype: str, ndim: int) 
     """``arrays[name]``, non-empty, of ``dtype`` and ``ndim`` dimensions (else :class:`ExportError`)."""
     a = arrays.get(name)
     if a is None or a.dtype != np.dtype(dtype) or a.ndim != ndim or not a.size:
-        raise ExportError(f"the model's weights lack {name} ({dtype}, {ndim}-D); re-export the model")
+        raise ExportError(f"the model's weights have no {name} as a {ndim}-D {dtype} array; re-export the model")
     return a
 
 
@@ -81,6 +81,20 @@ def window_shape(s: Shape, kernel: Any, stride: Any, pad: Any) -> Shape:
     """NCHW output shape of a sliding window (floor mode) over NCHW ``s``."""
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
     return (s[0], s[1], (s[2] + 2 * ph - kh) // sh + 1, (s[3] + 2 * pw - kw) // sw + 1)
+
+
+def oihw_shape(shape: Shape) -> Shape:
+    """A conv weight's OIHW shape, whether stored OIHW or packed ``(O/BO, I/BI, KH, KW, BO, BI)``."""
+    if len(shape) == 6:
+        ob, ib, kh, kw, bo, bi = shape
+        return (ob * bo, ib * bi, kh, kw)
+    return tuple(shape)
+
+
+def conv_arrays(layer: Layer, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A conv layer's OIHW int8 weights and (CO,) int32 bias, unpacked where they are stored in VTA's layout."""
+    w, b = arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"]
+    return (unpack_weight(w) if w.ndim == 6 else w), (unpack_bias(b) if b.ndim == 6 else b)
 
 
 def relu_if(x: np.ndarray, on: bool) -> np.ndarray:
@@ -118,6 +132,10 @@ class Op:
         inputs' exponents and its output's calibrated peak; returns the output's exponent (``None``: float)."""
         return exps[0]
 
+    def to_vta(self, layer: Layer, arrays: dict[str, np.ndarray], hw: Any, batch: int) -> None:
+        """Place the int8 layer on VTA ``hw``: its device set and its arrays rewritten as VTA reads them."""
+        raise ExportError(f"layer {layer.name}: {self.name} has no VTA lowering")
+
 
 class Conv(Op):
     """A 2-D conv: int32 accumulation, ``+ bias`` at the accumulator scale (rounding offset folded in),
@@ -132,21 +150,40 @@ class Conv(Op):
 
     def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
         s, at = shapes[0], layer.attrs
-        w = need_array(arrays, f"{layer.name}.weight", "int8", 4)
-        b = need_array(arrays, f"{layer.name}.bias", "int32", 1)
-        (kh, kw), (ph, pw) = w.shape[2:], at["pad"]
-        if len(s) != 4 or w.shape[1] * at["groups"] != s[1] or w.shape[0] % at["groups"] or b.shape[0] != \
-                w.shape[0] or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
+        if layer.device == "vta":     # stored packed, as VTA reads them
+            w = need_array(arrays, f"{layer.name}.weight", "int8", 6)
+            b = need_array(arrays, f"{layer.name}.bias", "int32", 6)
+            oihw = oihw_shape(w.shape)
+            if len(s) != 4 or b.shape[2:4] != (1, 1) or b.shape[1] * b.shape[5] != oihw[0] or b.shape[5] != w.shape[4] \
+                    or b.shape[0] * b.shape[4] != s[0]:
+                raise ExportError(f"layer {layer.name}: its packed bias {list(b.shape)} does not fit its weights "
+                                  f"{list(w.shape)} and input {list(s)}; re-export the model")
+        else:
+            w = need_array(arrays, f"{layer.name}.weight", "int8", 4)
+            b = need_array(arrays, f"{layer.name}.bias", "int32", 1)
+            oihw = w.shape
+        (kh, kw), (ph, pw) = oihw[2:], at["pad"]
+        if len(s) != 4 or oihw[1] * at["groups"] != s[1] or oihw[0] % at["groups"] or \
+                (b.ndim == 1 and b.shape[0] != oihw[0]) or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
             raise ExportError(f"layer {layer.name}: weights {list(w.shape)} do not fit its input {list(s)}; "
                               "re-export the model")
-        return (s[0], w.shape[0], *window_shape(s, (kh, kw), at["stride"], at["pad"])[2:])
+        return (s[0], oihw[0], *window_shape(s, (kh, kw), at["stride"], at["pad"])[2:])
+
+    def to_vta(self, layer: Layer, arrays: dict[str, np.ndarray], hw: Any, batch: int) -> None:
+        """Weights packed ``(O/BO, I/BI, KH, KW, BO, BI)`` and the bias ``(N/B, CO/BO, 1, 1, B, BO)`` once, here, so
+        that loading the package on a board packs nothing."""
+        from toolkit.vta.reference import pack_bias, pack_weight
+
+        w, b = conv_arrays(layer, arrays)
+        arrays[f"{layer.name}.weight"] = pack_weight(w, hw)
+        arrays[f"{layer.name}.bias"] = pack_bias(b, hw, batch=batch)
+        layer.device = "vta"
 
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         a = layer.attrs
-        acc = conv2d_int32(args[0].data, arrays[f"{layer.name}.weight"], tuple(a["stride"]), tuple(a["pad"]),
-                           a["groups"])
-        return Tensor(requantize(acc, arrays[f"{layer.name}.bias"], a["shift"], relu=a["relu"], acc_bias=True),
-                      a["exp"])
+        w, b = conv_arrays(layer, arrays)
+        acc = conv2d_int32(args[0].data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
+        return Tensor(requantize(acc, b, a["shift"], relu=a["relu"], acc_bias=True), a["exp"])
 
     def run_float(self, layer: Layer, args: list[np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:
         a = layer.attrs

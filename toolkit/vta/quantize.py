@@ -18,7 +18,7 @@ import numpy as np
 
 from toolkit.errors import ExportError
 from toolkit.vta.graph import INPUT, Graph, Layer
-from toolkit.vta.ops import OPS, exponent
+from toolkit.vta.ops import OPS, exponent, oihw_shape
 
 
 @dataclass
@@ -100,6 +100,6 @@ def conv_workload(q: Quantized, layer: Layer) -> Any:
     from toolkit.workloads import Conv2dWorkload
 
     n, ci, h, w = q.shapes[layer.inputs[0]]
-    co, _, kh, kw = q.arrays[f"{layer.name}.weight"].shape
+    co, _, kh, kw = oihw_shape(q.arrays[f"{layer.name}.weight"].shape)
     (sh, sw), (ph, pw) = layer.attrs["stride"], layer.attrs["pad"]
     return Conv2dWorkload(n, h, w, ci, co, kh, kw, sh, sw, ph, pw)

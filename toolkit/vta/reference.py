@@ -56,8 +56,8 @@ def pack_weight(weight: np.ndarray, hw: VTAConfig) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 2, 4, 5, 1, 3))
 
 
-def unpack_weight(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
-    """Inverse of :func:`pack_weight`."""
+def unpack_weight(packed: np.ndarray, hw: VTAConfig | None = None) -> np.ndarray:
+    """Inverse of :func:`pack_weight` (the blocks are in the packed shape: ``hw`` is not needed)."""
     ob, ib, kh, kw, bo, bi = packed.shape
     return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3)).reshape(ob * bo, ib * bi, kh, kw)
 
@@ -71,8 +71,8 @@ def pack_bias(bias: np.ndarray, hw: VTAConfig, batch: int = 1) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-def unpack_bias(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
-    """The (CO,) bias of the first batch element of a packed bias."""
+def unpack_bias(packed: np.ndarray, hw: VTAConfig | None = None) -> np.ndarray:
+    """The (CO,) bias of the first batch element of a packed bias (``hw`` is not needed)."""
     return packed[0, :, 0, 0, 0, :].reshape(-1).astype(np.int32)
 
 

@@ -29,6 +29,7 @@ from toolkit.manifest import ConvPlan, ModelBuild
 from toolkit.tuning.core.space import Config
 from toolkit.vta.config import VTAConfig, get_preset
 from toolkit.vta.graph import Graph, Layer, check_arrays, execute, tensor_digests
+from toolkit.vta.ops import OPS
 from toolkit.workloads import Conv2dWorkload
 
 GRAPH = "graph.json"
@@ -110,7 +111,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         if plan.template is None:
             layers_info.append({"layer": layer.name, "device": "cpu"})
             continue
-        layer.device = "vta"
+        OPS["conv"].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
         if progress is not None:
             progress(f"VTA program of {layer.name}")
         a = layer.attrs
@@ -136,8 +137,9 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     (folder / WEIGHTS).write_bytes(buf.getvalue())
     on_vta = sum(1 for i in layers_info if i["device"] == "vta")
     extra = {"calibration": calib_info, "vta_layers": layers_info,
-             "params": f"int8 weights and int32 biases in {WEIGHTS}; {on_vta} of {len(conv_layers)} convs are VTA "
-                       f"programs in {PROGRAMS}/, the other layers run in numpy on the board's CPU"}
+             "params": f"int8 weights and int32 biases in {WEIGHTS} (a VTA layer's packed in VTA's layout); {on_vta} "
+                       f"of {len(conv_layers)} convs are VTA programs in {PROGRAMS}/, the other layers run in numpy "
+                       "on the board's CPU"}
     return ModelBuild(files, extra)
 
 
@@ -159,7 +161,6 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
     from toolkit.vta.config import VTAConfig
     from toolkit.vta.errors import VTAError
     from toolkit.vta.program import Program
-    from toolkit.vta.reference import pack_bias, pack_weight
 
     files = model["files"]
     where = str(folder / files["model"])
@@ -172,7 +173,7 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
     programs: dict[str, Any] = {}
     raw: dict[str, bytes] = {}
     packed: dict[str, dict[str, np.ndarray]] = {}
-    shapes = check_arrays(graph, arrays)
+    check_arrays(graph, arrays)
     for layer in graph.layers:
         if layer.device != "vta":
             continue
@@ -187,14 +188,9 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
         if prog.hw.to_json() != hw.to_json():
             raise ExportError(f"{rel} is built for VTA {prog.hw.bitstream}, the export for {hw.bitstream}; "
                               "re-export the model")
-        w, b = arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"]
-        n = shapes[layer.inputs[0]][0]
-        try:
-            packed[layer.name] = {"wgt": pack_weight(w, hw), "bias": pack_bias(b, hw, batch=n)}
-        except (ValueError, VTAError) as exc:
-            raise ExportError(f"{where}: layer {layer.name} does not fit VTA's blocks ({exc}); re-export") from None
-        for region, arr in (("inp", None), *packed[layer.name].items()):
-            if region in prog.regions and arr is not None and tuple(prog.regions[region].shape) != arr.shape:
+        packed[layer.name] = {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+        for region, arr in packed[layer.name].items():
+            if region in prog.regions and tuple(prog.regions[region].shape) != arr.shape:
                 raise ExportError(f"{rel}: its {region} region is {list(prog.regions[region].shape)}, the layer's "
                                   f"{list(arr.shape)}; re-export the model")
         programs[layer.name] = prog
