@@ -14,7 +14,7 @@ from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.graph import Graph, execute
 from toolkit.vta.ops import OPS
-from toolkit.vta.reference import conv2d_int32, run_conv2d
+from toolkit.vta.reference import FLOAT32_EXACT_TERMS, conv2d_int32, run_conv2d
 from toolkit.workloads import parse_workload
 
 HW = get_preset("pynq")
@@ -65,6 +65,20 @@ def test_the_int_conv_is_the_convolutions_definition():
     for groups, stride, pad in ((1, (1, 1), (1, 1)), (1, (2, 1), (0, 2)), (4, (1, 2), (1, 0)), (32, (1, 1), (1, 1))):
         w = rng.integers(-128, 128, (16 if groups < 32 else 32, 32 // groups, 3, 3), dtype=np.int8)
         assert np.array_equal(conv2d_int32(x, w, stride, pad, groups), _direct_conv(x, w, stride, pad, groups))
+    # the extremes: every product +-2**14, in float32 at its limit of terms (2**10) and in float64 just past it
+    assert FLOAT32_EXACT_TERMS <= 2 ** 10          # 2**10 products of at most 2**14: partial sums within 2**24
+    for ci in (2 ** 10 // 9 // 8 * 8, 2 ** 10 // 9 // 8 * 8 + 8):
+        x = np.full((1, ci, 3, 3), -128, np.int8)
+        w = np.full((2, ci, 3, 3), -128, np.int8)
+        w[1] = rng.choice(np.array([-128, 127], np.int8), (ci, 3, 3))
+        assert np.array_equal(conv2d_int32(x, w, (1, 1), (0, 0)), _direct_conv(x, w, (1, 1), (0, 0), 1))
+    # one term more: 2**10 products of 2**14 and one odd one (127**2) sum past 2**24 to an odd number, which float32
+    # cannot hold: this must take float64
+    big = np.full((1, 2 ** 10 + 1, 8, 8), -128, np.int8)
+    big[0, -1] = 127
+    wbig = np.full((16, 2 ** 10 + 1, 1, 1), -128, np.int8)
+    wbig[:, -1] = 127
+    assert np.all(conv2d_int32(big, wbig, (1, 1), (0, 0)) == 2 ** 10 * 2 ** 14 + 127 ** 2)
 
 
 def test_default_config_is_the_largest_tile_that_compiles_with_the_model_epilogue():

@@ -189,3 +189,16 @@ def test_ops_without_an_int8_lowering_are_refused_in_one_line(module, words):
     with pytest.raises(ExportError) as info:
         _read(module)
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kernel, stride, pad", [((3, 3), (2, 2), (1, 1)), ((2, 2), (2, 2), (0, 0)),
+                                                 ((3, 2), (1, 2), (1, 0)), ((1, 1), (1, 1), (0, 0))])
+def test_max_pooling_is_torchs(kernel, stride, pad):
+    from toolkit.vta.ops import maxpool
+
+    x = RNG.standard_normal((2, 5, 9, 11)).astype(np.float32)
+    want = torch.nn.functional.max_pool2d(torch.from_numpy(x), kernel, stride, pad).numpy()
+    assert np.array_equal(maxpool(x, kernel, stride, pad, -np.inf), want)
+    q = RNG.integers(-128, 128, (2, 5, 9, 11)).astype(np.int8)       # int8: padding at -128 never wins
+    want = torch.nn.functional.max_pool2d(torch.from_numpy(q.astype(np.float32)), kernel, stride, pad).numpy()
+    assert np.array_equal(maxpool(q, kernel, stride, pad, -128), want.astype(np.int8))

@@ -3,6 +3,8 @@ an export on a board)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -118,6 +120,12 @@ def export(
                       ["conv", "workload", "schedule", "tuned latency", "from"],
                       [(c["module"], c["workload"] or "-", c["schedule"],
                         _ms((c["record"] or {}).get("latency_s")), c["why"]) for c in convs])
+        others = Counter((v["op"], v["device"], v["why"]) for v in manifest.model.get("vta_layers", [])
+                         if v.get("op", "conv") != "conv")
+        if others:
+            console.table("the other layers", ["op", "layers", "runs on", "why"],
+                          [(op, str(n), "VTA" if device == "vta" else "the board's CPU", why)
+                           for (op, device, why), n in others.items()])
         counts = {k: sum(c["schedule"] == k for c in convs) for k in ("tuned", "fallback", "tvm", "cpu")}
         parts = [f"{counts['tuned']} convs tuned", f"{counts['fallback']} with the untuned fallback config",
                  f"{counts['tvm']} by TVM's default lowering", f"{counts['cpu']} int8 on the CPU"]

@@ -90,18 +90,24 @@ def unpack_output(packed: np.ndarray, hw: VTAConfig) -> np.ndarray:
     return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3)).reshape(nb * b, cb * bo, oh, ow)
 
 
+FLOAT32_EXACT_TERMS = 1 << 10
+"""Products of two int8 values are at most 2**14 in magnitude: up to 2**10 of them sum exactly in float32."""
+
+
 def conv2d_int32(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],
                  groups: int = 1) -> np.ndarray:
-    """Exact int32 NCHW x OIHW convolution of int8 data and weights (grouped allowed): the products summed in
-    float64 (BLAS), exact below 2**53, then wrapped to int32 as VTA's accumulator wraps."""
+    """Exact int32 NCHW x OIHW convolution of int8 data and weights (grouped allowed): the products summed by
+    BLAS in float32 when every partial sum stays below 2**24 (at most :data:`FLOAT32_EXACT_TERMS` terms of at
+    most 2**14), else in float64 (exact below 2**53), then wrapped to int32 as VTA's accumulator wraps."""
     n = x.shape[0]
     o, cg, kh, kw = w.shape
-    cols, oh, ow = im2col(x.astype(np.float64), kh, kw, stride, pad, 0.0)   # (n, c, kh*kw, oh*ow)
+    dtype = np.float32 if cg * kh * kw <= FLOAT32_EXACT_TERMS else np.float64
+    cols, oh, ow = im2col(x.astype(dtype), kh, kw, stride, pad, 0.0)   # (n, c, kh*kw, oh*ow)
     og = o // groups
-    out = np.empty((n, o, oh * ow), np.float64)
+    out = np.empty((n, o, oh * ow), dtype)
     for g in range(groups):
         xs = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
-        ws = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw).astype(np.float64)
+        ws = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw).astype(dtype)
         out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", ws, xs, optimize=True)
     return out.astype(np.int64).astype(np.int32).reshape(n, o, oh, ow)
 

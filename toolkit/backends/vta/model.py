@@ -109,7 +109,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         wl, config = conv_workload(q, layer), plan.config
         plan.kernel = layer.name
         if plan.template is None:
-            layers_info.append({"layer": layer.name, "device": "cpu"})
+            layers_info.append({"layer": layer.name, "op": "conv", "device": "cpu", "why": OPS["conv"].cpu_why})
             continue
         OPS["conv"].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
         if progress is not None:
@@ -128,14 +128,17 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
             raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
         (folder / rel).write_bytes(compiled.program.to_bytes())
         files[f"program:{layer.name}"] = rel
-        layers_info.append({"layer": layer.name, "device": "vta", "program": rel, "config_index": config.index,
+        layers_info.append({"layer": layer.name, "op": "conv", "device": "vta", "program": rel,
+                            "config_index": config.index,
                             "config": config.values, "note": why,
                             "instructions": len(compiled.program.insns)})
+    layers_info += [{"layer": layer.name, "op": layer.op, "device": "cpu", "why": OPS[layer.op].cpu_why}
+                    for layer in q.graph.layers if layer.op != "conv"]
     (folder / GRAPH).write_text(json.dumps(q.graph.to_json(), indent=1) + "\n")
     buf = io.BytesIO()
     np.savez(buf, **q.arrays)
     (folder / WEIGHTS).write_bytes(buf.getvalue())
-    on_vta = sum(1 for i in layers_info if i["device"] == "vta")
+    on_vta = sum(1 for i in layers_info if i["op"] == "conv" and i["device"] == "vta")
     extra = {"calibration": calib_info, "vta_layers": layers_info,
              "params": f"int8 weights and int32 biases in {WEIGHTS} (a VTA layer's packed in VTA's layout); {on_vta} "
                        f"of {len(conv_layers)} convs are VTA programs in {PROGRAMS}/, the other layers run in numpy "
