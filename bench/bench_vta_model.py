@@ -144,10 +144,16 @@ def _export_and_run(preset: str, log: Path | None, name: str) -> dict[str, Any]:
     export_model("resnet18", out, PRESETS[preset], logs=[log] if log else [], input_shape=SHAPE, force=True)
     export_s = time.perf_counter() - started
     x = np.random.default_rng(1).standard_normal((RUNS, *SHAPE[1:])).astype(np.float32)
-    run = load_export(out).run_model(with_vta_preset(resolve_board("vta-fsim"), preset), x, check=True)
+    run = load_export(out).run_model(with_vta_preset(resolve_board("vta-fsim"), preset), x, check=True,
+                                     per_layer=True)
     d = run.details
+    by_op: dict[str, float] = {}
+    for layer in d["layers"]:
+        if layer["device"] == "cpu":
+            by_op[layer["op"]] = by_op.get(layer["op"], 0.0) + layer["ms"]
     return {"export": str(out.relative_to(ROOT)), "export_s": export_s, "latency_ms": run.latency_s * 1e3,
             "vta_ms": d["vta_ms"], "cpu_ms": run.latency_s * 1e3 - d["vta_ms"], "bit_exact": d["bit_exact"],
+            "cpu_work": d["cpu_work"], "cpu_ms_by_op": by_op,
             "correct": run.correct,
             "cosine": d["pytorch"]["cosine_min"], "top1": d["pytorch"]["top1_agreement"],
             "schedules": [c["schedule"] for c in load_export(out).manifest.model["convs"]],
@@ -171,6 +177,35 @@ def _emulated(export: Path) -> dict[str, Any]:
             "bit_exact": d["bit_exact"], "correct": run["correct"], "wall_s": wall}
 
 
+TARGETS = {"pynq_ms": 100.0, "macs": 0.01, "elementwise": 0.05}
+"""What a whole model on VTA aims at: ResNet-18 on the Pynq preset end to end in at most 100 ms of modelled time,
+at most 1 % of its multiply-adds and 5 % of its elementwise operations left to the board's CPU."""
+
+
+def _share(v: dict[str, Any]) -> str:
+    w = v.get("cpu_work")
+    return "-" if w is None else " / ".join(f"{w[k]['cpu'] / w[k]['total']:.1%}" for k in ("macs", "elementwise"))
+
+
+def _cpu_by_op(results: dict[str, Any]) -> list[str]:
+    """Where the CPU time goes (the last input of each export), against the targets."""
+    lines = []
+    for preset, r in results["presets"].items():
+        for variant in ("untuned", "tuned"):
+            v = r.get(variant) or {}
+            if v.get("cpu_ms_by_op"):
+                lines.append(f"- {preset}, {variant}: " + ", ".join(f"{op} {ms:.1f} ms" for op, ms in
+                                                                   sorted(v["cpu_ms_by_op"].items(),
+                                                                          key=lambda kv: -kv[1])))
+    if not lines:
+        return []
+    return ["", f"Targets: at most {TARGETS['pynq_ms']:.0f} ms end to end on the Pynq preset (modelled VTA time plus "
+            f"the board's CPU), at most {TARGETS['macs']:.0%} of the multiply-adds and "
+            f"{TARGETS['elementwise']:.0%} of the elementwise operations left to the CPU (counted per op: a conv's "
+            "multiply-adds and requantisation, an add's, a pooling window's comparisons). The CPU time by op, on this "
+            "host:", "", *lines]
+
+
 def _markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     lines = [SECTION, "",
@@ -180,11 +215,12 @@ def _markdown(results: dict[str, Any]) -> str:
              "CPU: the layers VTA does not run (the 3-channel first conv, max pooling, the 8 residual adds, global "
              "pooling, the classifier) in numpy, measured on this x86 host, not on the board's ARM cores. Every "
              "run is bit-exact with the int8 reference and checked against PyTorch (top-1, cosine).", "",
-             "| VTA config | variant | VTA ms | CPU ms | latency ms | VTA speed-up vs TVM fallback | cosine vs "
-             "PyTorch | top-1 agrees |", "|---|---|---|---|---|---|---|---|"]
+             "| VTA config | variant | VTA ms | CPU ms | latency ms | VTA speed-up vs TVM fallback | CPU share: "
+             "multiply-adds / elementwise | cosine vs PyTorch | top-1 agrees |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for preset, r in results["presets"].items():
         fb = r["fallback_vta_ms"]
-        lines.append(f"| {preset} | TVM fallback (AutoTVM config 0) | {fb:.1f} | - | - | 1.00x | - | - |")
+        lines.append(f"| {preset} | TVM fallback (AutoTVM config 0) | {fb:.1f} | - | - | 1.00x | - | - | - |")
         for variant in ("untuned", "tuned"):
             v = r.get(variant)
             if v is None:
@@ -192,12 +228,12 @@ def _markdown(results: dict[str, Any]) -> str:
             label = ("edgetune untuned (largest tiles)" if variant == "untuned" else
                      f"edgetune tuned ({r['trials']} trials, {r['tune_wall_s'] / 60:.1f} min)")
             lines.append(f"| {preset} | {label} | {v['vta_ms']:.1f} | {v['cpu_ms']:.1f} | {v['latency_ms']:.1f} | "
-                         f"{fb / v['vta_ms']:.1f}x | {v['cosine']:.4f} | {v['top1']:.0%} |")
+                         f"{fb / v['vta_ms']:.1f}x | {_share(v)} | {v['cosine']:.4f} | {v['top1']:.0%} |")
     for preset, r in results["presets"].items():
         e = r.get("emulated")
         if e and "skipped" not in e:
             lines.append(f"| {preset} | edgetune tuned, on an emulated ZCU102 (aarch64 under qemu-user) | "
-                         f"{e['vta_ms']:.1f} | {e['cpu_ms']:.1f} | {e['latency_ms']:.1f} | - | - | - |")
+                         f"{e['vta_ms']:.1f} | {e['cpu_ms']:.1f} | {e['latency_ms']:.1f} | - | - | - | - |")
     fell = {p: r["tuned"]["fell_back"] for p, r in results["presets"].items() if r.get("tuned")}
     lines += ["", "19 of ResNet-18's 20 convs run on VTA; the first (3 input channels) stays on the CPU. The tuned "
               "configs were tuned without the bias and compiled with it; one that leaves no accumulator room for "
@@ -206,6 +242,7 @@ def _markdown(results: dict[str, Any]) -> str:
               f"{RUNS} inputs, the CPU column that minus the VTA time (the VTA time is the same for every input: "
               "a model).",
               ""]
+    lines += _cpu_by_op(results) + [""]
     if any(r.get("emulated") for r in results["presets"].values()):
         lines += ["The emulated ZCU102 row runs the tuned export through `edgetune run --board` on an emulated board "
                   "(docs/boards.md): the whole model in one call of the board agent, its VTA layers in the agent's "

@@ -151,6 +151,24 @@ def test_a_graph_runs_in_int8_with_its_residual_add():
         execute(g, arrays, x[:, :8])
 
 
+def test_the_work_left_to_the_cpu_is_counted_per_op():
+    from toolkit.vta.graph import work_on_cpu
+
+    g = Graph.from_json(GOOD)
+    arrays = {"c.weight": np.zeros((16, 16, 3, 3), np.int8), "c.bias": np.zeros(16, np.int32)}
+    out = 16 * 4 * 4
+    conv_macs = out * 16 * 3 * 3                                     # output elements x (CI x KH x KW)
+    everything = {"macs": {"total": conv_macs, "cpu": conv_macs},
+                  "elementwise": {"total": out + out + out, "cpu": 3 * out}}    # requantise, add, pool's sum
+    assert work_on_cpu(g, arrays) == everything
+    obj = copy.deepcopy(GOOD)
+    obj["layers"][0]["device"] = "vta"
+    g = Graph.from_json(obj)
+    OPS["conv"].to_vta(g.layer("c"), arrays, HW, batch=1)
+    assert work_on_cpu(g, arrays) == {"macs": {"total": conv_macs, "cpu": 0},
+                                      "elementwise": {"total": 3 * out, "cpu": 2 * out}}
+
+
 def _vta_package():
     from toolkit.vta.graph import to_package
 

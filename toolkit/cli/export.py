@@ -255,6 +255,10 @@ def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, outp
                 f"({d['cpu_seconds']}, numpy)")
     rows = [("latency (median)", _ms(result.latency_s)), ("spread", f"{_ms(lo)} .. {_ms(hi)}"),
             ("measured", measured),
+            *([("left to the CPU", ", ".join(f"{w['cpu'] / max(1, w['total']):.1%} of {w['total']:,} {what}"
+                                            for what, w in (("multiply-adds", d["cpu_work"]["macs"]),
+                                                            ("elementwise ops", d["cpu_work"]["elementwise"]))))]
+              if d.get("cpu_work") else []),
             ("inputs run", str(len(result.outputs))),
             ("outputs", ", ".join(str(list(o.shape)) for o in result.stacked())),
             ("output", "not checked" if result.correct is None else

@@ -118,6 +118,19 @@ def check_arrays(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, tuple
     return shapes
 
 
+def work_on_cpu(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
+    """Multiply-adds and elementwise operations of the whole graph and of its layers on the CPU (each op's
+    :meth:`~toolkit.vta.ops.Op.work`): how much a VTA export leaves to the board's processor."""
+    shapes = check_arrays(graph, arrays)
+    out = {"macs": {"total": 0, "cpu": 0}, "elementwise": {"total": 0, "cpu": 0}}
+    for layer in graph.layers:
+        macs, elementwise = OPS[layer.op].work(layer, [shapes[n] for n in layer.inputs], shapes[layer.name], arrays)
+        for key, n in (("macs", macs), ("elementwise", elementwise)):
+            out[key]["total"] += n
+            out[key]["cpu"] += n if layer.device == "cpu" else 0
+    return out
+
+
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -64 <= v <= 64
 

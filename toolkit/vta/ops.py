@@ -97,6 +97,10 @@ def conv_arrays(layer: Layer, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray
     return (unpack_weight(w) if w.ndim == 6 else w), (unpack_bias(b) if b.ndim == 6 else b)
 
 
+def _size(shape: Shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
 def relu_if(x: np.ndarray, on: bool) -> np.ndarray:
     return np.maximum(x, 0) if on else x
 
@@ -123,6 +127,12 @@ class Op:
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         """The int8 layer on (NCHW) tensors: the reference."""
         raise NotImplementedError
+
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        """(multiply-adds, elementwise operations) of the layer for inputs ``shapes`` and output ``out`` (its arrays
+        checked by :meth:`shape`): one operation per output element unless the op says otherwise."""
+        return 0, _size(out)
 
     def run_float(self, layer: Layer, args: list[np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:
         """The float layer (its fused ReLU included)."""
@@ -171,6 +181,12 @@ class Conv(Op):
             raise ExportError(f"layer {layer.name}: weights {list(w.shape)} do not fit its input {list(s)}; "
                               "re-export the model")
         return (s[0], oihw[0], *window_shape(s, (kh, kw), at["stride"], at["pad"])[2:])
+
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        """Multiply-adds; the requantisation (bias, shift, clip) once per output element."""
+        _, cg, kh, kw = oihw_shape(arrays[f"{layer.name}.weight"].shape)
+        return _size(out) * cg * kh * kw, _size(out)
 
     def to_vta(self, layer: Layer, arrays: dict[str, np.ndarray], hw: Any, batch: int) -> None:
         """Weights packed ``(O/BO, I/BI, KH, KW, BO, BI)`` and the bias ``(N/B, CO/BO, 1, 1, B, BO)`` once, here, so
@@ -283,6 +299,11 @@ class MaxPool(Op):
             raise ExportError(f"layer {layer.name}: pooling window larger than its input; re-export the model")
         return window_shape(s, at["kernel"], at["stride"], at["pad"])
 
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        kh, kw = layer.attrs["kernel"]
+        return 0, _size(out) * kh * kw
+
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         x, a = args[0], layer.attrs
         return Tensor(maxpool(x.data, tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"]),
@@ -305,6 +326,10 @@ class AvgPool(Op):
             raise ExportError(f"layer {layer.name} pools a {len(s)}-D tensor; re-export the model")
         return (s[0], s[1], 1, 1)
 
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        return 0, _size(shapes[0])
+
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         return Tensor(args[0].real(hw).mean(axis=(2, 3), keepdims=True, dtype=np.float32), None)
 
@@ -325,6 +350,10 @@ class Flatten(Op):
     def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
         s = shapes[0]
         return (s[0], int(np.prod(s[1:])))
+
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        return 0, 0
 
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         return Tensor(args[0].data.reshape(args[0].data.shape[0], -1), args[0].exp)
@@ -347,6 +376,11 @@ class Linear(Op):
             raise ExportError(f"layer {layer.name}: weights {list(w.shape)} do not fit its input {list(s)}; "
                               "re-export the model")
         return (s[0], w.shape[0])
+
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        """Multiply-adds; the bias once per output element."""
+        return _size(out) * _size(shapes[0]) // shapes[0][0], _size(out)
 
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         x = args[0].real(hw)

@@ -284,6 +284,7 @@ class VTABackend(Backend):
         latency is the VTA layers' device seconds (modelled in the simulator) plus the CPU layers' seconds
         measured where they ran."""
         from toolkit.backends.vta.model import load_vta_model, run_vta_model, run_vta_model_on_agent
+        from toolkit.vta.graph import work_on_cpu
 
         vm = load_vta_model(folder, manifest.model or {}, manifest.hardware or {})
         if board.profile.executor == "fsim" and board.entry is None:
@@ -300,7 +301,7 @@ class VTABackend(Backend):
         vta_s = sum(r["seconds"] for r in run.layers if r["device"] == "vta")
         details = {"bit_exact": run.bit_exact, "mismatch": run.mismatch, "vta_ms": vta_s * 1e3,
                    "cpu_ms": (sum(r["seconds"] for r in run.layers) - vta_s) * 1e3,
-                   "vta_seconds": where, "cpu_seconds": cpu_where,
+                   "vta_seconds": where, "cpu_seconds": cpu_where, "cpu_work": work_on_cpu(vm.graph, vm.arrays),
                    "layers": [{**{k: v for k, v in r.items() if k != "seconds"}, "ms": r["seconds"] * 1e3}
                               for r in run.layers] if per_layer else []}
         kernels = {r["layer"]: r["ms"] / 1e3 for r in details["layers"] if r["op"] == "conv"}
