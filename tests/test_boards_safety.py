@@ -71,6 +71,11 @@ def test_a_hand_edited_inventory_is_validated_on_read(tmp_path, text, what):
 def test_an_inventory_path_that_is_a_folder_is_refused(tmp_path):
     with pytest.raises(InventoryError, match="not a regular file"):
         Inventory(tmp_path).load()
+    folder = tmp_path / "inv"
+    folder.mkdir()
+    with pytest.raises(InventoryError, match="not a regular file"):
+        Inventory(folder).add(BoardEntry("p1", "pynq-z1", host="127.0.0.1"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inv"]       # no lock file left beside it
 
 
 @pytest.fixture

@@ -193,8 +193,7 @@ class Inventory:
         ``board add`` validates it (:class:`InventoryError` naming the board)."""
         if not self.path.exists():
             return []
-        if not self.path.is_file():
-            raise InventoryError(f"inventory {self.path} is not a regular file; give a file path with --inventory")
+        self._refuse_non_file()
         try:
             text = self.path.read_text()
             raw = tomllib.loads(text)
@@ -203,8 +202,12 @@ class Inventory:
                 f"inventory {self.path} is corrupt ({exc}); fix that line or move the file away, "
                 "edgetune will not overwrite it"
             ) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InventoryError(f"cannot read inventory {self.path}: {exc}") from None
+        except UnicodeDecodeError:
+            raise InventoryError(f"inventory {self.path} is not a text (TOML) file; move it away or give another "
+                                 "--inventory, edgetune will not overwrite it") from None
+        except OSError as exc:
+            raise InventoryError(f"cannot read inventory {self.path}: {exc.strerror or exc}; check its permissions "
+                                 "or give another --inventory") from None
         boards = raw.get("boards", {})
         if not isinstance(boards, dict):
             raise InventoryError(f"inventory {self.path}: 'boards' must be a table; fix or move the file away")
@@ -261,9 +264,14 @@ class Inventory:
             self._write([b for b in self.load() if b.name != name])
         return entry
 
+    def _refuse_non_file(self) -> None:
+        if self.path.exists() and not self.path.is_file():
+            raise InventoryError(f"inventory {self.path} is not a regular file; give a file path with --inventory")
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """An exclusive lock on ``<inventory>.lock`` (the inventory itself is replaced on every write)."""
+        self._refuse_non_file()      # before a lock file is left beside a folder or a device
         lock = self.path.with_name(self.path.name + ".lock")
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)

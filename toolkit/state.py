@@ -17,9 +17,16 @@ from toolkit.errors import EdgetuneError
 
 
 def state_dir() -> Path:
-    """``$XDG_STATE_HOME/edgetune``."""
+    """``$XDG_STATE_HOME/edgetune`` (:class:`EdgetuneError` when a part of that path is a file, not a folder)."""
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "edgetune"
+    folder = base / "edgetune"
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise EdgetuneError(f"edgetune keeps its state in {folder}, but {part} is not a folder; point "
+                                    "XDG_STATE_HOME at a folder (or move that file away)")
+            break
+    return folder
 
 
 def read_state(name: str) -> dict[str, Any] | None:

@@ -148,8 +148,10 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
                                       None, template, config))
     if best and not used:
         shapes = ", ".join(Conv2dWorkload.from_dict(r.workload).spec() for r, _ in list(best.values())[:3])
+        at = ",".join(map(str, extraction.network.input_shape))
         raise ExportError(f"none of the logs' tuned shapes ({shapes}{' ...' if len(best) > 3 else ''}) is a conv "
-                          "of this model; give the logs of this model (`edgetune tune --model` writes one)")
+                          f"of this model at input shape {at}; give the --input-shape the logs were tuned for, or "
+                          "the logs of this model (`edgetune tune --model` writes one)")
     unused = [{"workload": Conv2dWorkload.from_dict(r.workload).spec(), "log": log.name}
               for key, (r, log) in best.items() if key not in used]
     return plans, unused

@@ -198,7 +198,11 @@ def staged(out_dir: Path, force: bool, fill: Callable[[Path], ExportManifest]) -
         raise ExportError(f"cannot create export folder {out_dir}: {exc.strerror or exc}; choose another --out") \
             from None
     _remove_stale_stages(out_dir)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    except OSError as exc:     # a folder nothing can be created in (/proc, read-only): say the user's path
+        raise ExportError(f"cannot create export folder {out_dir}: {out_dir.parent} takes no new folders "
+                          f"({exc.strerror or exc}); choose another --out") from None
     try:
         manifest = fill(stage)
         manifest.files = {str(p.relative_to(stage)): sha256_file(p) for p in sorted(stage.rglob("*")) if p.is_file()}

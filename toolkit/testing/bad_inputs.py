@@ -379,5 +379,27 @@ CASES: list[Case] = [
          files={"sd.pt": _checkpoint()}),
     Case("workloads extract: a Python file without its factory", ("workloads", "extract", "net.py"),
          "name the function", files={"net.py": "def make():\n    pass\n"}),
+    Case("workloads extract: a text file as a model", ("workloads", "extract", "m.txt"), "not a model file",
+         files={"m.txt": "hello\n"}, keep=("m.txt",)),
+    Case("workloads extract: a Conv3d model given an NCHW input", ("workloads", "extract", "c3.py:make",
+                                                                   "--input-shape", "1,3,8,8"),
+         "Conv3d is not supported", files={"c3.py": "import torch\n\n\ndef make():\n    return "
+                                                   "torch.nn.Sequential(torch.nn.Conv3d(3, 8, 3))\n"}),
+    Case("export: a one-channel model traced at the default input shape", ("export", "--model", "one.py:make", "-b",
+                                                                           "local", "--out", "o"),
+         "pass the --input-shape", files={"one.py": "import torch\n\n\ndef make():\n    return "
+                                                    "torch.nn.Conv2d(1, 16, 3)\n"}),
+    Case("export: --out where no folder can be created", ("export", "--model", "resnet18", "-b", "local", "--out",
+                                                         "/proc/edgetune-export"), "takes no new folders"),
+    Case("workloads extract: file.py:factory importing its sibling module", ("workloads", "extract",
+                                                                         "pkg/net.py:make", "--input-shape",
+                                                                         "1,3,16,16"),
+         files={"pkg/net.py": "import torch\nfrom helper import block\n\n\ndef make():\n    return block()\n",
+                "pkg/helper.py": "import torch\n\n\ndef block():\n    return torch.nn.Conv2d(3, 8, 3)\n"},
+         expect="ok"),
+    *[Case(f"tracker {cmd}: XDG_STATE_HOME is a file", ("tracker", cmd), "is not a folder", files={"state": "x"},
+           keep=("state",)) for cmd in ("status", "start")],
+    Case("board list: an inventory that is not text", ("board", "list"), "not a text (TOML) file",
+         files={INVENTORY: b"\xb6\x00\xff binary"}, keep=(INVENTORY,)),
 ]
 """Every case of the bad-input suite."""

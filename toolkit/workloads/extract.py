@@ -318,7 +318,8 @@ def _refuse_plain_non_models(model: Any) -> None:
 
 
 def _refuse_non_model(path: Path) -> None:
-    """A Python file without its factory, or a ``torch.save`` checkpoint (weights, not a graph), said as such."""
+    """A Python file without its factory, a file that is no zip archive (so no TorchScript file), or a ``torch.save``
+    checkpoint (weights, not a graph), said as such."""
     import zipfile
 
     if path.suffix == ".py":
@@ -329,6 +330,10 @@ def _refuse_non_model(path: Path) -> None:
         legacy = names is None and path.read_bytes()[:2] == b"\x80\x02"
     except (OSError, zipfile.BadZipFile):
         return
+    if names is None and not legacy:      # torch.jit.save and torch.export.save both write zip archives
+        raise WorkloadError(f"{path} is not a model file (not a zip archive: neither a torch.export archive nor a "
+                            "TorchScript file); give a .pt2 (torch.export.save), a TorchScript file (torch.jit.save) "
+                            "or file.py:factory")
     scripted = names is not None and any(n.endswith("constants.pkl") or "/code/" in n for n in names)
     if legacy or (names is not None and not scripted and any(n.endswith("data.pkl") for n in names)):
         raise WorkloadError(f"{path} is a torch.save checkpoint (a state_dict or a pickled module: weights, not a "
@@ -362,7 +367,14 @@ def _export(module: Any, example: Any, label: str) -> Any:
     try:
         return torch.export.export(module, (example,), strict=False)
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types
-        raise WorkloadError(f"torch.export cannot trace {label}: {_first_line(exc)}") from None
+        other = next(((name, type(m).__name__) for name, m in module.named_modules()
+                      if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv3d))), None)
+        if other is not None:      # the likely cause: a 1-D or 3-D conv given a 4-D NCHW input
+            raise WorkloadError(f"{other[1]} is not supported: edgetune tunes 2-D convs, and {label}'s layer "
+                                f"{other[0] or 'itself'} is a {other[1]} (torch.export: {_first_line(exc)})") from None
+        shape = ",".join(map(str, example.shape))
+        raise WorkloadError(f"torch.export cannot trace {label} on an input of shape {shape}: {_first_line(exc)}; "
+                            "pass the --input-shape the model takes") from None
 
 
 def _torchscript(path: Path, example: Any) -> Any:
@@ -382,32 +394,36 @@ def _torchscript(path: Path, example: Any) -> Any:
 
 
 def _factory(mod_name: str, attr: str) -> tuple[Any, str | None]:
-    """The module ``mod_name:attr`` makes, and the file it was defined in (``None`` if unknown)."""
+    """The module ``mod_name:attr`` makes, and the file it was defined in (``None`` if unknown). A file's own
+    folder (a module's: the working folder) is first on ``sys.path`` while it loads and builds the model, as
+    ``python file.py`` would have it, so it imports its sibling modules."""
     import torch
 
+    is_file = mod_name.endswith(".py")
+    folder = str(Path(mod_name).resolve().parent if is_file else Path.cwd())
+    sys.path.insert(0, folder)
     try:
-        if mod_name.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
-            if spec is None or spec.loader is None or not Path(mod_name).is_file():
-                raise ImportError(f"no file {mod_name}")
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        else:
-            sys.path.insert(0, str(Path.cwd()))
-            try:
-                mod = importlib.import_module(mod_name)
-            finally:
-                sys.path.remove(str(Path.cwd()))
-    except Exception as exc:  # noqa: BLE001 - user code may raise anything on import
-        raise WorkloadError(f"cannot import {mod_name}: {_first_line(exc)}") from None
-    obj = getattr(mod, attr, None)
-    if obj is None:
-        raise WorkloadError(f"{mod_name} has no attribute {attr!r}")
-    if not isinstance(obj, torch.nn.Module):
         try:
-            obj = obj()
-        except Exception as exc:  # noqa: BLE001
-            raise WorkloadError(f"{mod_name}:{attr}() failed: {_first_line(exc)}") from None
+            if is_file:
+                spec = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
+                if spec is None or spec.loader is None or not Path(mod_name).is_file():
+                    raise ImportError(f"no file {mod_name}")
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+            else:
+                mod = importlib.import_module(mod_name)
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything on import
+            raise WorkloadError(f"cannot import {mod_name}: {_first_line(exc)}") from None
+        obj = getattr(mod, attr, None)
+        if obj is None:
+            raise WorkloadError(f"{mod_name} has no attribute {attr!r}")
+        if not isinstance(obj, torch.nn.Module):
+            try:
+                obj = obj()
+            except Exception as exc:  # noqa: BLE001
+                raise WorkloadError(f"{mod_name}:{attr}() failed: {_first_line(exc)}") from None
+    finally:
+        sys.path.remove(folder)
     if not isinstance(obj, torch.nn.Module):
         raise WorkloadError(f"{mod_name}:{attr} must be an nn.Module or return one, got {type(obj).__name__}")
     return obj, getattr(mod, "__file__", None)

@@ -301,7 +301,8 @@ class VTABackend(Backend):
         vta_s = sum(r["seconds"] for r in run.layers if r["device"] == "vta")
         details = {"bit_exact": run.bit_exact, "mismatch": run.mismatch, "vta_ms": vta_s * 1e3,
                    "cpu_ms": (sum(r["seconds"] for r in run.layers) - vta_s) * 1e3,
-                   "vta_seconds": where, "cpu_seconds": cpu_where, "cpu_work": work_on_cpu(vm.graph, vm.arrays),
+                   "vta_seconds": where, "cpu_seconds": cpu_where, "ms_of": "the last input",
+                   "cpu_work": work_on_cpu(vm.graph, vm.arrays),
                    "layers": [{**{k: v for k, v in r.items() if k != "seconds"}, "ms": r["seconds"] * 1e3}
                               for r in run.layers] if per_layer else []}
         kernels = {r["layer"]: r["ms"] / 1e3 for r in details["layers"] if r["op"] == "conv"}
