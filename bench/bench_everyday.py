@@ -4,7 +4,9 @@
 
 Each command runs ``--repeat`` times as ``python -m toolkit ...`` in a fresh process with an empty
 inventory and state (process start included, as a user sees it); the figure is the median wall time.
-Target: every one under 1.5 s. Results: ``bench/out/everyday.json`` and, with ``--write-docs``, the
+Target: every one under 1.5 s. The long commands (tuning, exporting and running a model) run
+``--repeat-long`` times on a pseudo-terminal: the seconds to their first output and their longest silence,
+against a target of 2 s. Results: ``bench/out/everyday.json`` and, with ``--write-docs``, the
 "Everyday commands" section of bench/archive.md.
 """
 
@@ -29,6 +31,15 @@ SECTION = "## Everyday commands"
 TARGET_S = 1.5
 COMMANDS = (["--help"], ["--version"], ["board", "list"], ["board", "types"], ["board", "show", "vta-fsim"],
             ["tuners"], ["tuners", "xgb"], ["workloads", "list"], ["bitstream", "list"], ["tune", "--help"])
+SILENCE_S = 2.0
+LONG = (["workloads", "extract", "resnet18"],
+        ["tune", "-b", "vta-fsim", "-w", "resnet18.C5", "--trials", "8", "--log", "v.jsonl"],
+        ["tune", "-b", "local", "-w", "resnet18.C5", "--trials", "4", "--log", "l.jsonl"],
+        ["export", "--model", "resnet18", "-b", "local", "--out", "ex", "--force"],
+        ["run", "ex", "-b", "local"],
+        ["export", "--model", "resnet18", "-b", "vta-fsim", "--out", "exv", "--force"],
+        ["run", "exv", "-b", "vta-fsim"])
+"""Commands of seconds, in order (each run needs the export before it); a tuning log is removed before each run."""
 
 
 def measure(repeat: int) -> list[dict]:
@@ -52,6 +63,30 @@ def measure(repeat: int) -> list[dict]:
     return rows
 
 
+def measure_long(repeat: int) -> list[dict]:
+    """Seconds to the first output, longest silence and wall time of each long command on a terminal (medians
+    over ``repeat`` rounds of the whole sequence)."""
+    from toolkit.testing.terminal import on_a_terminal
+
+    runs: dict[str, list] = {}
+    with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": f"{home}/config",
+               "XDG_STATE_HOME": f"{home}/state", "XDG_CACHE_HOME": f"{home}/cache"}
+        env.pop("EDGETUNE_INVENTORY", None)
+        for _ in range(repeat):
+            for argv in LONG:
+                for log in ("v.jsonl", "l.jsonl"):
+                    Path(home, log).unlink(missing_ok=True)
+                r = on_a_terminal(argv, env=env, cwd=home, timeout=600)
+                if r.returncode != 0:
+                    raise SystemExit(f"edgetune {' '.join(argv)} failed: {r.text[-300:]}")
+                runs.setdefault("edgetune " + " ".join(argv), []).append(r)
+    return [{"command": cmd, "first_output_s": statistics.median(r.first_output_s for r in rs),
+             "longest_silence_s": statistics.median(r.longest_silence_s for r in rs),
+             "worst_silence_s": max(r.longest_silence_s for r in rs),
+             "wall_s": statistics.median(r.wall_s for r in rs)} for cmd, rs in runs.items()]
+
+
 def markdown(result: dict) -> str:
     env, rows = result["environment"], result["rows"]
     slowest = max(rows, key=lambda r: r["median_s"])
@@ -59,7 +94,8 @@ def markdown(result: dict) -> str:
     return f"""{SECTION}
 
 Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.
-Command: `python -m bench.bench_everyday --repeat {result['repeat']} --write-docs`. Each command in a fresh
+Command: `python -m bench.bench_everyday --repeat {result['repeat']} --repeat-long {result.get('repeat_long', 0)}
+--write-docs`. Each command in a fresh
 process (`python -m toolkit ...`, process start included), empty inventory and state; median of
 {result['repeat']} runs. Target: under {TARGET_S} s each. **Slowest: `{slowest['command']}`,
 {slowest['median_s']:.2f} s** ({'within' if slowest['median_s'] < TARGET_S else 'over'} the target).
@@ -67,16 +103,38 @@ process (`python -m toolkit ...`, process start included), empty inventory and s
 | command | median s | range s |
 |---|---|---|
 {table}
+""" + _long_markdown(result)
+
+
+def _long_markdown(result: dict) -> str:
+    rows = result.get("long")
+    if not rows:
+        return ""
+    worst = max(rows, key=lambda r: r["worst_silence_s"])
+    table = "\n".join(f"| `{r['command']}` | {r['first_output_s']:.1f} | {r['longest_silence_s']:.1f} "
+                      f"({r['worst_silence_s']:.1f}) | {r['wall_s']:.1f} |" for r in rows)
+    return f"""
+The long commands on a terminal (a pseudo-terminal, as a user sees them; `--repeat-long {result['repeat_long']}`,
+medians; in brackets the worst run): seconds to the first output, and the longest silence (between two outputs,
+a progress line or spinner redraw included, or before the first or after the last). Target: silent for at most
+{SILENCE_S:g} s. **Longest: `{worst['command']}`, {worst['worst_silence_s']:.1f} s** ({'within' if
+worst['worst_silence_s'] <= SILENCE_S else 'over'} the target).
+
+| command | first output s | longest silence s | wall s |
+|---|---|---|---|
+{table}
 """
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat-long", type=int, default=3, help="rounds of the long commands (0: none)")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args(argv)
     result = {"environment": environment("python -m bench.bench_everyday"), "repeat": args.repeat,
-              "rows": measure(args.repeat)}
+              "rows": measure(args.repeat), "repeat_long": args.repeat_long,
+              "long": measure_long(args.repeat_long) if args.repeat_long else []}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))

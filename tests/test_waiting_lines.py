@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import pty
-import select
 import subprocess
 import sys
 
+from toolkit.testing.terminal import on_a_terminal
+
 
 def _on_a_terminal(args: list[str], timeout: float = 300.0) -> str:
-    """Run ``python -m toolkit ARGS`` with stdout and stderr on a pseudo-terminal; everything it printed."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit", *args], stdout=slave, stderr=slave, stdin=slave,
-                            env={**os.environ, "COLUMNS": "200", "TERM": "xterm"}, close_fds=True)
-    os.close(slave)
-    out = b""
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], timeout)
-            if not ready:
-                raise AssertionError(f"no output for {timeout} s: {out[-500:]!r}")
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:     # the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        proc.wait(timeout=60)
-        os.close(master)
-    return out.decode(errors="replace")
+    return on_a_terminal(args, timeout=timeout).text
 
 
 def test_tune_on_a_tvm_board_says_it_reaches_the_board_first_and_uses_the_measurement_settings(tmp_path):
@@ -46,3 +24,13 @@ def test_tune_on_a_tvm_board_says_it_reaches_the_board_first_and_uses_the_measur
     assert text.index("reaching board local") < text.index("tuning summary")
     valid = [rec for rec in read_log(log)[1] if rec.valid]
     assert valid and all(len(rec.costs) == 2 for rec in valid)
+
+
+def test_a_wait_is_said_with_its_time_on_a_terminal_and_not_at_all_off_one():
+    text = _on_a_terminal(["workloads", "extract", "resnet18"])
+    line = next(ln for ln in text.replace("\r", "\n").splitlines() if "tracing model resnet18" in ln)
+    assert "0:00:0" in line, line           # the seconds so far, beside a spinner
+    assert text.index("tracing model resnet18") < text.index("resnet18.L1")
+    piped = subprocess.run([sys.executable, "-m", "toolkit", "workloads", "extract", "resnet18"], capture_output=True,
+                           text=True, timeout=300)
+    assert piped.returncode == 0 and "tracing" not in piped.stderr + piped.stdout

@@ -5,9 +5,11 @@ Library code never prints; it returns data or raises. The CLI turns both into ou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Iterable, Sequence
 
 from rich.console import Console
@@ -15,6 +17,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -50,11 +53,17 @@ def say(message: str) -> None:
     err.print(message, markup=False)
 
 
-def waiting(message: str) -> None:
-    """Say on a terminal what a command waits for before its first output (a model traced, a board started);
-    off a terminal nothing, so that piped output and one-line errors stay as they are."""
-    if err.is_terminal:
-        err.print(message, markup=False)
+@contextlib.contextmanager
+def waiting(message: str) -> Iterator[None]:
+    """While the block runs, say on a terminal what the command waits for (a model traced, a board started),
+    with a spinner and the seconds so far; the line stays, with the time it took. Off a terminal nothing, so
+    that piped output and one-line errors stay as they are."""
+    if not err.is_terminal:
+        yield
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
+        bar.add_task(message, total=None)
+        yield
 
 
 def _one_line(message: str) -> str:

@@ -182,9 +182,10 @@ def run(
 ) -> None:
     """Run an export on a board (over RPC) or the VTA simulator: a whole model on given or random inputs, or
     each exported kernel; check the outputs and compare the latency with the tuned one."""
-    ex = load_export(folder)
-    brd = board_from(board, inventory, vta_config)
-    ex.check_board(brd)
+    with console.waiting(f"loading export {folder} for board {board} (its family's libraries: TVM, seconds)"):
+        ex = load_export(folder)
+        brd = board_from(board, inventory, vta_config)
+        ex.check_board(brd)
     options = MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout)
     if ex.is_model:
         if workload is not None:

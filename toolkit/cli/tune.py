@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from pathlib import Path
 from typing import Annotated, Optional
@@ -132,12 +134,11 @@ def tune(
     task = make_task(wl, brd, **options)
     log_path = log or default_log_path(task)
     trials, _ = budget(log_path if more is not None else None, trials, more)   # only --more reads the log first
-    if not brd.profile.is_simulator:
-        console.waiting(f"reaching board {brd.name} through its RPC tracker (a built-in board starts its own: "
-                        "seconds)")
     cluster = cluster_address(cluster)
     builder = make_builder(task.backend, brd, cluster) if cluster else None
-    runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
+    with (console.waiting(f"reaching board {brd.name} through its RPC tracker (a built-in board starts its own)")
+          if not brd.profile.is_simulator else contextlib.nullcontext()):
+        runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
     runner.on_wait = console.warn
     with console.progress() as bar:
         bar_id = bar.add_task(f"{tuner} {wl.label}", total=trials, status="")

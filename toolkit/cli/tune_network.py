@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from pathlib import Path
 from typing import Any
@@ -88,15 +90,12 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
     """Plan the network's tasks for ``board``, tune them (``measure``: how each config is timed, on ``boards``
     boards of its type reached through ``tracker``; builds on the Ray cluster at ``cluster`` when given), print the
     per-task table and the total."""
-    console.waiting(f"reading the convs of model {model} for input {input_shape} (seconds for a traced model)")
-    net = load_network(model, parse_input_shape(input_shape))
+    with console.waiting(f"reading the convs of model {model} for input {input_shape}"):
+        net = load_network(model, parse_input_shape(input_shape))
     plan, tasks = network_tasks(net, board, first_conv=first_conv, **template_options)
     sched = make_scheduler(scheduler, seed=seed, trials_per_round=round_trials)
     log_path = log or Path("edgetune-logs") / board.name / f"{net.name}.jsonl"
     backend = backend_for(board.profile)
-    if not board.profile.is_simulator:
-        console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its own: "
-                        "seconds)")
     if boards > 1 and not board.profile.is_simulator:
         if board.entry is None or not board.entry.host:
             raise ConfigError(f"--boards {boards}: the built-in board {board.name} is one board; register boards "
@@ -107,10 +106,12 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
                               "provision more boards of the type under that key or lower --boards")
     lanes = []
     try:
-        for _ in range(boards):
-            lanes.append((make_builder(backend, board, cluster), backend.make_runner(board, tracker=tracker,
-                                                                                      wait_s=wait_s)))
-            lanes[-1][1].on_wait = console.warn
+        with (console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its "
+                              "own)") if not board.profile.is_simulator else contextlib.nullcontext()):
+            for _ in range(boards):
+                lanes.append((make_builder(backend, board, cluster), backend.make_runner(board, tracker=tracker,
+                                                                                          wait_s=wait_s)))
+                lanes[-1][1].on_wait = console.warn
         with console.progress() as bar:
             bar_id = bar.add_task(f"{net.name} ({len(plan.tasks)} tasks, {scheduler})", total=trials, status="")
 

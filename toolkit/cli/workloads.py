@@ -86,8 +86,8 @@ def extract_cmd(
     """Extract every Conv2d of a PyTorch model as a workload with its multiplicity."""
     shape = parse_input_shape(input_shape)
     scale_map = parse_scales(scales) if scales is not None else None
-    console.waiting(f"tracing model {model} for input {input_shape} (torch.export; seconds)")
-    ex = extract(model, shape, name=name)
+    with console.waiting(f"tracing model {model} for input {input_shape} (torch.export)"):
+        ex = extract(model, shape, name=name)
     shifts = requant_shifts(ex.network, scale_map) if scale_map is not None else None
     _print_network(ex.network, ex, vta, first_conv, json, shifts)
 
