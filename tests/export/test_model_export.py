@@ -229,7 +229,8 @@ def test_bad_model_exports_get_one_line_errors(model_file, network_log, tmp_path
                 "--log", tmp_path / "other.jsonl")
     assert r.exit_code == 0, r.output
     r = _invoke("export", "--model", f"{model_file}:make", "--log", tmp_path / "other.jsonl", *args, tmp_path / "c")
-    assert "is a conv of this model" in one_line_error(r)
+    said = one_line_error(r)
+    assert f"is a conv of this model at input shape {SHAPE}" in said and "--input-shape the logs were tuned" in said
     r = _invoke("export", "--model", f"{model_file}:make", "--input-shape", SHAPE, "--out", tmp_path / "e")
     assert "needs --board" in one_line_error(r)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
