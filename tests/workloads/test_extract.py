@@ -138,7 +138,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         extract("no_such_package.models:make", (1, 3, 8, 8))
     junk = tmp_path / "junk.ts"
     junk.write_bytes(b"not a model")
-    with pytest.raises(WorkloadError, match="not a TorchScript file"):
+    with pytest.raises(WorkloadError, match="is not a model file .not a zip archive: neither a torch.export archive "
+                                            "nor a TorchScript file"):
         extract(junk, (1, 3, 8, 8))
 
 
