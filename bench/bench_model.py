@@ -75,7 +75,7 @@ def _metaschedule(model: str, budget: int) -> tuple[Path, float]:
     from toolkit.backends.tvm.metaschedule import ms_target
     from toolkit.backends.tvm.model import relax_module
     from toolkit.boards import load_profile
-    from toolkit.workloads.extract import load_model
+    from toolkit.workloads.model_files import load_model
 
     lib = OUT / f"{model}-metaschedule.so"
     if lib.exists():
@@ -104,7 +104,7 @@ def _default(model: str) -> Path:
 
     from toolkit.backends.tvm.model import relax_module
     from toolkit.boards import load_profile
-    from toolkit.workloads.extract import load_model
+    from toolkit.workloads.model_files import load_model
 
     lib = OUT / f"{model}-relax-default.so"
     if not lib.exists():
@@ -128,7 +128,8 @@ def _untuned_apart(model: str) -> Path:
     from toolkit.backends.tvm.model import compile_model
     from toolkit.boards import load_profile
     from toolkit.export.model import plan_convs
-    from toolkit.workloads.extract import extract, load_model
+    from toolkit.workloads.extract import extract
+    from toolkit.workloads.model_files import load_model
 
     lib = OUT / f"{model}-untuned-apart.so"
     if not lib.exists():

@@ -58,7 +58,7 @@ def _prepare(folder: Path, model: str, input_shape: tuple[int, int, int, int], w
     from toolkit.rpc.runtime_build import copy_python, package_site
     from toolkit.tuning.core.template import BuildError
     from toolkit.workloads import parse_workload
-    from toolkit.workloads.extract import load_model
+    from toolkit.workloads.model_files import load_model
 
     profile = gpu_profile()
     backend = backend_for(profile)

@@ -28,7 +28,7 @@ from toolkit.vta.compiler import check_config
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError
 from toolkit.vta.reference import unpack_weight
-from toolkit.workloads.extract import load_model
+from toolkit.workloads.model_files import load_model
 
 cli = CliRunner()
 DIGITS_SHAPE = "1,1,8,8"

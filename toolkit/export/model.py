@@ -27,7 +27,8 @@ from toolkit.backends.registry import tuned_profile
 from toolkit.export.write import record_config, staged, target_profile
 from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload
-from toolkit.workloads.extract import Extraction, LoadedModel, extract, load_model
+from toolkit.workloads.extract import Extraction, extract
+from toolkit.workloads.model_files import LoadedModel, load_model
 
 MODEL_KIND = "model"
 

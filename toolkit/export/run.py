@@ -262,7 +262,7 @@ class Export:
     def reference(self) -> Any:
         """The PyTorch model the export was made from, loaded again (:class:`ExportError` when it cannot be:
         a file moved or changed, a model passed as an object)."""
-        from toolkit.workloads.extract import load_model
+        from toolkit.workloads.model_files import load_model
 
         source = self._model()["source"]
         kind, text = source.get("kind"), str(source.get("model"))
