@@ -42,13 +42,19 @@ LONG = (["workloads", "extract", "resnet18"],
 """Commands of seconds, in order (each run needs the export before it); a tuning log is removed before each run."""
 
 
+def _fresh_env(home: str) -> dict[str, str]:
+    """A new user's environment under ``home``: empty config, state and cache, the default inventory not there yet."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": f"{home}/config",
+           "XDG_STATE_HOME": f"{home}/state", "XDG_CACHE_HOME": f"{home}/cache"}
+    env.pop("EDGETUNE_INVENTORY", None)
+    return env
+
+
 def measure(repeat: int) -> list[dict]:
     """Median and spread of each command's wall time over ``repeat`` fresh processes."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": f"{home}/config",
-               "XDG_STATE_HOME": f"{home}/state", "XDG_CACHE_HOME": f"{home}/cache"}
-        env.pop("EDGETUNE_INVENTORY", None)       # a new user's default inventory: not there yet
+        env = _fresh_env(home)
         for argv in COMMANDS:
             times = []
             for _ in range(repeat):
@@ -70,9 +76,7 @@ def measure_long(repeat: int) -> list[dict]:
 
     runs: dict[str, list] = {}
     with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": f"{home}/config",
-               "XDG_STATE_HOME": f"{home}/state", "XDG_CACHE_HOME": f"{home}/cache"}
-        env.pop("EDGETUNE_INVENTORY", None)
+        env = _fresh_env(home)
         for _ in range(repeat):
             for argv in LONG:
                 for log in ("v.jsonl", "l.jsonl"):

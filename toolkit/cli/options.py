@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from toolkit import console
 from toolkit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -108,6 +110,14 @@ def board_from(board: str, inventory: Path | None, vta_config: str | None = None
     from toolkit.boards import Inventory
 
     return board_for(board, Inventory(inventory) if inventory else None, vta_config)
+
+
+def reaching(board: Board) -> contextlib.AbstractContextManager[None]:
+    """While a command reaches ``board``'s RPC tracker (a built-in board starts its own), say so on a terminal;
+    the simulator is reached in this process: nothing to say."""
+    if board.profile.is_simulator:
+        return contextlib.nullcontext()
+    return console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its own)")
 
 
 def template_options(board: Board, tvm_compat: bool) -> dict[str, Any]:

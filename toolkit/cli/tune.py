@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import math
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +17,7 @@ from toolkit.cli.options import (BoardOpt, BoardsOpt, CheckOpt, ClusterOpt, Firs
                                  MinRepeatMsOpt, ModelOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt,
                                  SchedulerOpt, SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt,
                                  TvmCompatOpt, VtaConfigOpt, WaitBoardOpt, board_from, check_folder,
-                                 parse_options, template_options)
+                                 parse_options, reaching, template_options)
 from toolkit.errors import ConfigError
 from toolkit.tuning.session import TuneSummary, default_log_path, tune as run_tune
 from toolkit.backends import backend_for, make_runner
@@ -136,8 +134,7 @@ def tune(
     trials, _ = budget(log_path if more is not None else None, trials, more)   # only --more reads the log first
     cluster = cluster_address(cluster)
     builder = make_builder(task.backend, brd, cluster) if cluster else None
-    with (console.waiting(f"reaching board {brd.name} through its RPC tracker (a built-in board starts its own)")
-          if not brd.profile.is_simulator else contextlib.nullcontext()):
+    with reaching(brd):
         runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
     runner.on_wait = console.warn
     with console.progress() as bar:

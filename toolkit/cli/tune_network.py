@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import math
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from toolkit.cli.app import app
 from toolkit.cli.options import (BoardOpt, BoardsOpt, CheckOpt, ClusterOpt, FirstConvOpt, InputShapeOpt, InventoryOpt,
                                  JsonOpt, MinRepeatMsOpt, NumberOpt, RepeatOpt, ResumeOpt, RoundTrialsOpt, SchedulerOpt,
                                  SeedOpt, TimeoutOpt, TrackerOpt, TransferOpt, TunerOpt, TunerOptionOpt, TvmCompatOpt,
-                                 VtaConfigOpt, WaitBoardOpt, board_from, parse_options, template_options)
+                                 VtaConfigOpt, WaitBoardOpt, board_from, parse_options, reaching, template_options)
 from toolkit.errors import ConfigError
 from toolkit.rpc.service import boards_under_key
 from toolkit.runs import transfer_options
@@ -106,8 +104,7 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
                               "provision more boards of the type under that key or lower --boards")
     lanes = []
     try:
-        with (console.waiting(f"reaching board {board.name} through its RPC tracker (a built-in board starts its "
-                              "own)") if not board.profile.is_simulator else contextlib.nullcontext()):
+        with reaching(board):
             for _ in range(boards):
                 lanes.append((make_builder(backend, board, cluster), backend.make_runner(board, tracker=tracker,
                                                                                           wait_s=wait_s)))

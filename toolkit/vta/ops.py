@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from toolkit.errors import ExportError
-from toolkit.vta.reference import conv2d_int32, im2col, requantize, unpack_bias, unpack_weight
+from toolkit.vta.reference import conv2d_int32, conv2d_sum, requantize, unpack_bias, unpack_weight
 
 if TYPE_CHECKING:
     from toolkit.vta.graph import Layer
@@ -404,16 +404,7 @@ OPS: dict[str, Op] = {op.name: op for op in (Conv(), Add(), Relu(), MaxPool(), A
 def conv2d_float(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],
                  groups: int = 1) -> np.ndarray:
     """float32 NCHW x OIHW convolution plus bias (the float graph calibration runs)."""
-    n = x.shape[0]
-    o, cg, kh, kw = w.shape
-    cols, oh, ow = im2col(x.astype(np.float32), kh, kw, stride, pad, 0.0)
-    og = o // groups
-    out = np.empty((n, o, oh * ow), np.float32)
-    for g in range(groups):
-        xs = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
-        out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", w[g * og:(g + 1) * og].reshape(og, -1), xs,
-                                                optimize=True)
-    return out.reshape(n, o, oh, ow) + b.reshape(1, -1, 1, 1).astype(np.float32)
+    return conv2d_sum(x, w, stride, pad, groups, np.float32) + b.reshape(1, -1, 1, 1).astype(np.float32)
 
 
 def maxpool(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int],

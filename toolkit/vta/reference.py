@@ -99,9 +99,17 @@ def conv2d_int32(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tup
     """Exact int32 NCHW x OIHW convolution of int8 data and weights (grouped allowed): the products summed by
     BLAS in float32 when every partial sum stays below 2**24 (at most :data:`FLOAT32_EXACT_TERMS` terms of at
     most 2**14), else in float64 (exact below 2**53), then wrapped to int32 as VTA's accumulator wraps."""
+    _, cg, kh, kw = w.shape
+    dtype = np.float32 if cg * kh * kw <= FLOAT32_EXACT_TERMS else np.float64
+    return conv2d_sum(x, w, stride, pad, groups, dtype).astype(np.int64).astype(np.int32)
+
+
+def conv2d_sum(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tuple[int, int], groups: int,
+               dtype: type[np.floating]) -> np.ndarray:
+    """NCHW x OIHW convolution (grouped allowed, zero padding) as ``dtype``: im2col, then one BLAS product per
+    group."""
     n = x.shape[0]
     o, cg, kh, kw = w.shape
-    dtype = np.float32 if cg * kh * kw <= FLOAT32_EXACT_TERMS else np.float64
     cols, oh, ow = im2col(x.astype(dtype), kh, kw, stride, pad, 0.0)   # (n, c, kh*kw, oh*ow)
     og = o // groups
     out = np.empty((n, o, oh * ow), dtype)
@@ -109,7 +117,7 @@ def conv2d_int32(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tup
         xs = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
         ws = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw).astype(dtype)
         out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", ws, xs, optimize=True)
-    return out.astype(np.int64).astype(np.int32).reshape(n, o, oh, ow)
+    return out.reshape(n, o, oh, ow)
 
 
 def im2col(x: np.ndarray, kh: int, kw: int, stride: tuple[int, int], pad: tuple[int, int], fill: float
