@@ -28,7 +28,6 @@ class TorchReader:
     value is (``alias``)."""
 
     def __init__(self, gm: Any) -> None:
-        self.gm = gm
         self.layers: list[Layer] = []
         self.by_name: dict[str, Layer] = {}
         self.arrays: dict[str, np.ndarray] = {}
@@ -53,6 +52,11 @@ class TorchReader:
             name = f"{base}_{i}"
         return name
 
+    def weights(self, name: str, w: np.ndarray, b: np.ndarray | None) -> None:
+        """A layer's float32 weight and bias (zeros when the model has none)."""
+        self.arrays[f"{name}.weight"] = w.astype(np.float32)
+        self.arrays[f"{name}.bias"] = np.zeros(w.shape[0], np.float32) if b is None else b.astype(np.float32)
+
     def add(self, layer: Layer, node: Any) -> None:
         self.layers.append(layer)
         self.by_name[layer.name] = layer
@@ -76,10 +80,8 @@ def _conv(r: TorchReader, node: Any) -> None:
     pad = padding_pair(c["padding"], c["dilation"], tuple(w.shape[2:]), c["stride"])
     if pad is None:
         raise ExportError(f"{where(node)}: padding {c['padding']!r} is asymmetric here; VTA convs pad symmetrically")
-    b = r.const(arg(node, 2, "bias"))
     name = r.unique(module_of(node))
-    r.arrays[f"{name}.weight"] = w.astype(np.float32)
-    r.arrays[f"{name}.bias"] = np.zeros(w.shape[0], np.float32) if b is None else b.astype(np.float32)
+    r.weights(name, w, r.const(arg(node, 2, "bias")))
     r.add(Layer(name, "conv", [r.src(node.args[0])], attrs={"stride": list(c["stride"]), "pad": list(pad),
                                                               "groups": int(c["groups"]), "relu": False}), node)
 
@@ -164,10 +166,8 @@ def _linear(r: TorchReader, node: Any) -> None:
     w = r.const(node.args[1])
     if w is None or w.ndim != 2:
         raise ExportError(f"{where(node)}: a linear layer quantises only with constant 2-D weights")
-    b = r.const(arg(node, 2, "bias"))
     name = r.unique(module_of(node))
-    r.arrays[f"{name}.weight"] = w.astype(np.float32)
-    r.arrays[f"{name}.bias"] = np.zeros(w.shape[0], np.float32) if b is None else b.astype(np.float32)
+    r.weights(name, w, r.const(arg(node, 2, "bias")))
     r.add(Layer(name, "linear", [r.src(node.args[0])]), node)
 
 
