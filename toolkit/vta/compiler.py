@@ -39,6 +39,12 @@ from toolkit.vta.uops import Kernel, check_hazard
 from toolkit.workloads import Conv2dWorkload
 
 KNOBS = ("tile_b", "tile_h", "tile_w", "tile_ci", "tile_co", "oc_nthread", "h_nthread")
+GEMM_KERNELS = ("reset", "gemm", "res")
+"""Micro-op kernels run by GEMM instructions (the others by the ALU)."""
+RESIDUAL_SCALE_MAX = 6
+"""The largest ``k`` of a residual's identity weight block ``2**k * I`` (int8 holds 64, not 128)."""
+POST_SHIFT_MAX = 15
+"""The largest shift after a residual add: its rounding offset ``2**(shift-1)`` is an int16 ALU immediate."""
 LOAD, COMPUTE, STORE = 1, 2, 3  # runtime pipeline stages (kLoadStage ...)
 _NONE = 0
 
@@ -253,6 +259,25 @@ class _Queue:
         self._new(FinishInsn(), COMPUTE, "finish")
 
 
+@dataclass(frozen=True)
+class Residual:
+    """An int8 tensor of the output's shape added inside the conv's program (a residual connection): after
+    the conv's ``(acc + bias) >> shift``, a GEMM whose weight block is ``2**scale * I`` adds it, already packed,
+    into the accumulator; then ``(+ 2**(post_shift-1)) >> post_shift`` (when ``post_shift > 0``) and the clip.
+    The tensor is loaded as input blocks (VTA's input and output blocks are equal)."""
+
+    scale: int
+    post_shift: int
+
+    def check(self) -> None:
+        """:class:`~toolkit.vta.checks.FieldWidthError` for a scale or shift the ISA cannot hold."""
+        for what, value, top in (("scale", self.scale, RESIDUAL_SCALE_MAX),
+                                 ("post_shift", self.post_shift, POST_SHIFT_MAX)):
+            if not 0 <= value <= top:
+                raise checks.FieldWidthError(f"residual {what}={value} is outside [0, {top}]",
+                                             resource=f"residual_{what}", needed=value, available=top)
+
+
 # --------------------------------------------------------------------------------------------------
 # compiled result
 # --------------------------------------------------------------------------------------------------
@@ -269,13 +294,14 @@ class CompiledConv2d:
 
 
 def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
-                   shift: int = 8, relu: bool = True, acc_bias: bool = False,
+                   shift: int = 8, relu: bool = True, acc_bias: bool = False, residual: Residual | None = None,
                    tvm_compat: bool = False) -> CompiledConv2d:
     """Compile ``workload`` under schedule ``config`` for ``hw``.
 
     The requantisation: ``out = clip((acc >> shift) + bias, lo, 127)``, or with ``acc_bias``
     ``clip((acc + bias) >> shift, lo, 127)`` (the bias at the accumulator scale); ``lo`` is 0 with ``relu``,
-    -128 without. The defaults are the program TVM v0.18's VTA tests build.
+    -128 without. The defaults are the program TVM v0.18's VTA tests build. A ``residual`` adds the "res"
+    tensor before the clip (:class:`Residual`).
 
     Raises a :class:`~toolkit.vta.errors.VTAError` subclass from :mod:`toolkit.vta.checks` for any
     violated limit before emitting, and :class:`TVMCompatError` with ``tvm_compat=True`` for a
@@ -292,24 +318,27 @@ def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bia
                                      needed=shift, available=(1 << (IMM_BITS - 1)) - 1)
     if acc_bias and not bias:
         raise ValueError("acc_bias places a bias; pass bias=True with it")
-    sch, plan = _checked_plan(wl, cfg, sch, hw, bias, tvm_compat)
-    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift, relu, acc_bias)
+    if residual is not None:
+        residual.check()
+    sch, plan = _checked_plan(wl, cfg, sch, hw, bias, tvm_compat, residual is not None)
+    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift, relu, acc_bias, residual)
     plan["uop_load_elems"] = uop_loaded
     features = compile_features(wl, sch, hw, plan, kinds, bias)
     return CompiledConv2d(program, features, wl, cfg, hw, plan)
 
 
 def check_config(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
-                 tvm_compat: bool = False) -> None:
+                 tvm_compat: bool = False, residual: bool = False) -> None:
     """Every check of :func:`compile_conv2d` without emitting (fast validity test); raises the same errors."""
     cfg = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in config.items()}
     sch = parse_schedule(workload, cfg, hw)
     cfg.setdefault("tile_b", list(sch.tb))
-    _checked_plan(workload, cfg, sch, hw, bias, tvm_compat)
+    _checked_plan(workload, cfg, sch, hw, bias, tvm_compat, residual)
 
 
-def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, bias: bool, tvm_compat: bool):
-    plan = _plan(wl, sch, hw, bias)  # hardware limits first, in both modes
+def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, bias: bool, tvm_compat: bool,
+                  residual: bool):
+    plan = _plan(wl, sch, hw, bias, residual)  # hardware limits first, in both modes
     if tvm_compat:
         why = tvm_compat_violation(wl, cfg, hw)
         if why:
@@ -321,7 +350,9 @@ def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, b
 # --------------------------------------------------------------------------------------------------
 # planning: buffers, kernels, DMA shapes and every check
 # --------------------------------------------------------------------------------------------------
-def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool) -> dict:
+def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual: bool = False) -> dict:
+    """Buffers, kernels and DMA shapes. A residual takes an output tile of input buffer per thread (after the
+    thread's input tile) and one weight block after every thread's weight tile (the identity, shared)."""
     T = sch.threads
     th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
     h_ext = (th - 1) * wl.sh + wl.kh
@@ -330,14 +361,15 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool) -> dict:
     wgt_tile = tco * tci * wl.kh * wl.kw
     out_tile = tco * th * tw
     acc_tile = out_tile + (tco if bias else 0)
-    checks.capacity([("local.inp_buffer", T * inp_tile, hw.inp_depth),
-                     ("local.wgt_buffer", T * wgt_tile, hw.wgt_depth),
+    inp_total = inp_tile + (out_tile if residual else 0)
+    checks.capacity([("local.inp_buffer", T * inp_total, hw.inp_depth),
+                     ("local.wgt_buffer", T * wgt_tile + residual, hw.wgt_depth),
                      ("local.acc_buffer", T * acc_tile, hw.acc_depth),
                      ("local.out_buffer", T * out_tile, hw.out_depth)])
 
     kernels = []  # per thread: dict name -> Kernel
     for t in range(T):
-        ib, wb, ab = t * inp_tile, t * wgt_tile, t * acc_tile
+        ib, wb, ab = t * inp_total, t * wgt_tile, t * acc_tile
         reset = Kernel.build([(tw, 1, 0, 0), (tco, th * tw, 0, 0), (th, tw, 0, 0)], (ab, 0, 0))
         gemm = Kernel.build([
             (tci, 0, h_ext * w_ext, wl.kh * wl.kw),
@@ -349,25 +381,30 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool) -> dict:
         ], (ab, ib, wb))
         alu = Kernel.single([(out_tile, 1, 1, 0)], ab, ab)
         ks = {"reset": reset, "gemm": gemm, "shr": alu, "min": alu, "max": alu}
+        if residual:    # acc[co, h, w] += 2**k * I x res[co, h, w], block by block
+            ks["res"] = Kernel.build([(tco, th * tw, th * tw, 0), (th, tw, tw, 0), (tw, 1, 1, 0)],
+                                     (ab, ib + inp_tile, T * wgt_tile))
+            ks["round"] = ks["shr_post"] = alu
         if bias:
             hw_ = th * tw
             loops = [(tco, hw_, 1, 0), (hw_, 1, 0, 0)] if hw_ > 1 else [(tco, 1, 1, 0)]
             ks["add"] = Kernel.single([lp for lp in loops if lp[0] > 1] or [(1, 0, 0, 0)], ab, ab + out_tile)
         kernels.append(ks)
-    for name in ("reset", "gemm"):
+    gemms = [name for name in GEMM_KERNELS if name in kernels[0]]
+    for name in gemms:
         k = kernels[0][name]
         checks.need(checks.UopBufferError, "uop_buffer", len(k), hw.uop_depth, f"micro-ops for the {name} kernel")
-    for name in ("reset", "gemm"):
+    for name in gemms:
         check_hazard(kernels[0][name], f"{name} kernel")
     # ISA fields of the kernels (thread T-1 has the largest indices)
     fw = hw.field_widths
     for ks in (kernels[0], kernels[-1]):
         for name, k in ks.items():
-            eo, ei, do, di, so, si, wo, wi = k.insn_loops(alu=name not in ("reset", "gemm"))
+            eo, ei, do, di, so, si, wo, wi = k.insn_loops(alu=name not in GEMM_KERNELS)
             checks.field("iter_out", eo, LOOP_ITER_BITS)
             checks.field("iter_in", ei, LOOP_ITER_BITS)
             checks.field("dst_factor", max(do, di), fw["dst_factor"])
-            checks.field("src_factor", max(so, si), fw["src_factor"] if name == "gemm" else fw["dst_factor"])
+            checks.field("src_factor", max(so, si), fw["src_factor"] if name in ("gemm", "res") else fw["dst_factor"])
             checks.field("wgt_factor", max(wo, wi), fw["wgt_factor"])
             checks.field("uop.dst", int(k.dst.max()), fw["uop_dst"])
             checks.field("uop.src", int(k.src.max()), fw["uop_src"])
@@ -385,7 +422,7 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool) -> dict:
     pad_max = max(wl.ph, wl.pw, max(0, (sch.th[0] * th - 1) * wl.sh + wl.kh - wl.ph - wl.h),
                   max(0, (sch.tw[0] * tw - 1) * wl.sw + wl.kw - wl.pw - wl.w))
     checks.dma("pad", pad_max, (1 << PAD_BITS) - 1)
-    checks.field("sram_base", T * max(inp_tile, wgt_tile, acc_tile), SRAM_ADDR_BITS)
+    checks.field("sram_base", max(T * inp_total, T * wgt_tile + residual, T * acc_tile), SRAM_ADDR_BITS)
     if min(h_ext, w_ext) <= max(wl.ph, wl.pw) and (wl.ph or wl.pw):
         # a tile could read padding only; hardware padding needs at least one real row and column
         for h0 in range(sch.th[0]):
@@ -398,7 +435,8 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool) -> dict:
             if min(c0 + w_ext, wl.w) - max(c0, 0) <= 0:
                 raise checks.DMALimitError("an input tile reads only padding columns; choose a larger tile_w inner",
                                            resource="inp.x_size", needed=0, available=1)
-    return {"h_ext": h_ext, "w_ext": w_ext, "inp_tile": inp_tile, "wgt_tile": wgt_tile, "out_tile": out_tile,
+    return {"h_ext": h_ext, "w_ext": w_ext, "inp_tile": inp_tile, "inp_total": inp_total, "wgt_tile": wgt_tile,
+            "out_tile": out_tile,
             "acc_tile": acc_tile, "kernels": kernels, "inp_dma": inp_dma, "out_dma": out_dma, "wgt_dma": wgt_dma}
 
 
@@ -434,19 +472,26 @@ def _out_pattern(wl: Conv2dWorkload, tco: int, th: int, tw: int) -> tuple[int, i
 # emission
 # --------------------------------------------------------------------------------------------------
 def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bool, shift: int, relu: bool,
-          acc_bias: bool):
+          acc_bias: bool, residual: Residual | None = None):
     B, BI, BO = hw.batch, hw.block_in, hw.block_out
     nb, cib, cob = wl.n // B, wl.ci // BI, wl.co // BO
     tensors = [("inp", (nb, cib, wl.h, wl.w, B, BI), "int8"),
                ("wgt", (cob, cib, wl.kh, wl.kw, BO, BI), "int8")]
     if bias:
         tensors.append(("bias", (nb, cob, 1, 1, B, BO), "int32"))
+    if residual is not None:
+        tensors += [("res", (nb, cob, wl.oh, wl.ow, B, BO), "int8"), ("ident", (1, 1, 1, 1, BO, BI), "int8")]
     tensors.append(("out", (nb, cob, wl.oh, wl.ow, B, BO), "int8"))
     kernels = plan["kernels"]
     T = sch.threads
     alu_ops = [(AluOp.SHR, True, shift, "shr")]
     if bias:
         alu_ops.insert(0 if acc_bias else 1, (AluOp.ADD, False, 0, "add"))
+    if residual is not None:    # "res" is the GEMM that adds the residual
+        alu_ops.append((AluOp.ADD, False, 0, "res"))
+        if residual.post_shift:
+            alu_ops += [(AluOp.ADD, True, 1 << (residual.post_shift - 1), "round"),
+                        (AluOp.SHR, True, residual.post_shift, "shr_post")]
     alu_ops += [(AluOp.MIN, True, 127, "min"), (AluOp.MAX, True, 0 if relu else -128, "max")]
     names = ["reset", "gemm"] + [name for *_, name in alu_ops]
     # micro-op image: kernels in recording order (reset t*, gemm t*, ALU ops per thread)
@@ -463,12 +508,16 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
             "out": regions["out"].offset // hw.out_elem_bytes}
     if bias:
         base["bias"] = regions["bias"].offset // hw.acc_elem_bytes
+    if residual is not None:
+        base["res"] = regions["res"].offset // hw.inp_elem_bytes
+        base["ident"] = regions["ident"].offset // hw.wgt_elem_bytes
     checks.field("dram_base", regions["uop"].offset // hw.uop_bytes + len(uops), DRAM_ADDR_BITS)
     q = _Queue(hw, regions["uop"].offset // hw.uop_bytes)
 
     th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
     h_ext, w_ext = plan["h_ext"], plan["w_ext"]
     inp_tile, wgt_tile, acc_tile, out_tile = plan["inp_tile"], plan["wgt_tile"], plan["acc_tile"], plan["out_tile"]
+    inp_total = plan["inp_total"]
     n_ci0 = sch.tci[0]
     n_inp, iy, ix, istride = plan["inp_dma"]
     n_out, oy, ox, ostride = plan["out_dma"]
@@ -479,7 +528,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
     for t in range(T):
         for name in names:
             k = kernels[t][name]
-            gemm_insn[(t, name)] = k.insn_loops(alu=name not in ("reset", "gemm"))
+            gemm_insn[(t, name)] = k.insn_loops(alu=name not in GEMM_KERNELS)
 
     # per-thread coordinates
     threads = [(vo, vh) for vo in range(sch.oc_nthread) for vh in range(sch.h_nthread)]
@@ -522,21 +571,29 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
                 out.append((t * acc_tile + out_tile, base["bias"] + b * cob + co0 * tco, 1, tco, tco, 0, 0, 0, 0))
         c_first, xs, xp0, xp1 = col_pads[w0]
         rows = [row_pads[h0] for _, h0, _ in coords]
+
+        def out_tile_dma(tensor: str, t: int, h0: int, co0: int, sram: int) -> None:
+            for c in range(n_out):
+                dram = base[tensor] + ((b * cob + co0 * tco + c) * wl.oh + h0 * th) * wl.ow + w0 * tw
+                out.append((sram + c * th * tw, dram, oy, ox, ostride, 0, 0, 0, 0))
+
         for ci0 in range(n_ci0):
             for (t, h0, co0), (r_first, ys, yp0, yp1) in zip(coords, rows):
+                if residual is not None and ci0 == 0 and t == coords[0][0] and (b, h0o, c0o, w0) == outer[0]:
+                    out.append((T * wgt_tile, base["ident"], 1, 1, 1, 0, 0, 0, 0))
                 if per_dma_inp:
                     for c in range(n_inp):
                         dram = base["inp"] + ((b * cib + ci0 * tci + c) * wl.h + r_first) * wl.w + c_first
-                        out.append((t * inp_tile + c * h_ext * w_ext, dram, ys, xs, wl.w, yp0, yp1, xp0, xp1))
+                        out.append((t * inp_total + c * h_ext * w_ext, dram, ys, xs, wl.w, yp0, yp1, xp0, xp1))
                 else:
                     dram = base["inp"] + ((b * cib + ci0 * tci) * wl.h + r_first) * wl.w + c_first
-                    out.append((t * inp_tile, dram, iy, ix, istride, 0, 0, 0, 0))
+                    out.append((t * inp_total, dram, iy, ix, istride, 0, 0, 0, 0))
                 out.append((t * wgt_tile, base["wgt"] + (co0 * tco * cib + ci0 * tci) * khw, wy, wx, wstride,
                             0, 0, 0, 0))
+                if residual is not None and ci0 == n_ci0 - 1:
+                    out_tile_dma("res", t, h0, co0, t * inp_total + inp_tile)
         for t, h0, co0 in coords:
-            for c in range(n_out):
-                dram = base["out"] + ((b * cob + co0 * tco + c) * wl.oh + h0 * th) * wl.ow + w0 * tw
-                out.append((t * acc_tile + c * th * tw, dram, oy, ox, ostride, 0, 0, 0, 0))
+            out_tile_dma("out", t, h0, co0, t * acc_tile)
         return out
 
     def gemm(t: int, name: str) -> None:
@@ -544,7 +601,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         q.use_kernel(rec)
         eo, ei, do, di, so, si, wo, wi = gemm_insn[(t, name)]
         q._new(GemmInsn(name == "reset", rec[2], rec[3], eo, ei, do, di, so, si, wo, wi), COMPUTE,
-               "gemm_reset" if name == "reset" else "gemm")
+               {"reset": "gemm_reset", "res": "gemm_res"}.get(name, "gemm"))
 
     def emit_iteration(b: int, h0o: int, c0o: int, w0: int) -> None:
         """One outer iteration through the runtime emulation."""
@@ -557,6 +614,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         # an idle thread (uneven split) keeps its token operations, as NOPs: tokens are counted, not
         # per buffer, so the alternation of the threads' pushes and pops is what protects each buffer
         on = {t for t, _, _ in active(h0o, c0o)}
+        first = (b, h0o, c0o, w0) == outer[0]
         for t in range(T):
             if loop:
                 q.pop(STORE, COMPUTE)
@@ -565,13 +623,18 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
                     dma(Opcode.LOAD, MemId.ACC, "load_acc")
                 gemm(t, "reset")
             q.push(COMPUTE, LOAD)
-        for _ci0 in range(n_ci0):
+        for ci0 in range(n_ci0):
             for t in range(T):
                 q.pop(COMPUTE, LOAD)
                 if t in on:
+                    if residual is not None and first and ci0 == 0 and t == min(on):
+                        dma(Opcode.LOAD, MemId.WGT, "load_wgt")     # the identity block, once
                     for _c in range(n_inp_dma):
                         dma(Opcode.LOAD, MemId.INP, "load_inp")
                     dma(Opcode.LOAD, MemId.WGT, "load_wgt")
+                    if residual is not None and ci0 == n_ci0 - 1:
+                        for _c in range(n_out):
+                            dma(Opcode.LOAD, MemId.INP, "load_res")
                 q.push(LOAD, COMPUTE)
             for t in range(T):
                 q.pop(LOAD, COMPUTE)
@@ -585,6 +648,9 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         for t in range(T):
             if t in on:
                 for op, use_imm, imm, name in alu_ops:
+                    if name == "res":
+                        gemm(t, "res")
+                        continue
                     rec = recs[(t, name)]
                     q.use_kernel(rec)
                     eo, ei, do, di, so, si, _wo, _wi = gemm_insn[(t, name)]
@@ -613,6 +679,8 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         "bias": bias, "shift": shift}
     if not relu or acc_bias:    # programs of the default requantisation keep their bytes
         meta.update(relu=relu, acc_bias=acc_bias)
+    if residual is not None:
+        meta["residual"] = {"scale": residual.scale, "post_shift": residual.post_shift}
     return Program(hw, q.insns, uops, regions, meta), q.kinds, q.uop_loaded
 
 

@@ -163,6 +163,15 @@ def requantize(acc: np.ndarray, bias: np.ndarray | None, shift: int, *, relu: bo
     return acc.astype(np.int8)
 
 
+def add_residual(acc: np.ndarray, residual: np.ndarray, scale: int, post_shift: int, *, relu: bool) -> np.ndarray:
+    """VTA's residual epilogue on a shifted int32 NCHW accumulator: ``+ (residual << scale)`` (a GEMM with the
+    weight block ``2**scale * I``), then ``(+ 2**(post_shift-1)) >> post_shift``, MIN 127, MAX 0/-128; int8."""
+    acc = (acc.astype(np.int64) + (residual.astype(np.int64) << scale)).astype(np.int32)
+    if post_shift:
+        acc = (acc.astype(np.int64) + (1 << (post_shift - 1))).astype(np.int32) >> np.int32(post_shift)
+    return np.maximum(np.minimum(acc, 127), 0 if relu else -128).astype(np.int8)
+
+
 def workload_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
                        bias: np.ndarray | None, shift: int = 8, **requant: bool) -> np.ndarray:
     """:func:`conv2d_reference` with ``workload``'s stride and padding (NCHW in and out); ``requant``:
