@@ -121,7 +121,7 @@ def export(
                       [(c["module"], c["workload"] or "-", c["schedule"],
                         _ms((c["record"] or {}).get("latency_s")), c["why"]) for c in convs])
         others = Counter((v["op"], v["device"], v["why"]) for v in manifest.model.get("vta_layers", [])
-                         if v.get("op", "conv") != "conv")
+                         if v["op"] != "conv")
         if others:
             console.table("the other layers", ["op", "layers", "runs on", "why"],
                           [(op, str(n), "VTA" if device == "vta" else "the board's CPU", why)

@@ -351,8 +351,9 @@ def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, b
 # planning: buffers, kernels, DMA shapes and every check
 # --------------------------------------------------------------------------------------------------
 def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual: bool = False) -> dict:
-    """Buffers, kernels and DMA shapes. A residual takes an output tile of input buffer per thread (after the
-    thread's input tile) and one weight block after every thread's weight tile (the identity, shared)."""
+    """Buffers, kernels and DMA shapes. A residual is loaded into the thread's input tile once its last GEMM has
+    read it (the tile grows to an output tile if that is larger); the identity takes one weight block after every
+    thread's weight tile (shared)."""
     T = sch.threads
     th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
     h_ext = (th - 1) * wl.sh + wl.kh
@@ -361,7 +362,7 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual
     wgt_tile = tco * tci * wl.kh * wl.kw
     out_tile = tco * th * tw
     acc_tile = out_tile + (tco if bias else 0)
-    inp_total = inp_tile + (out_tile if residual else 0)
+    inp_total = max(inp_tile, out_tile) if residual else inp_tile
     checks.capacity([("local.inp_buffer", T * inp_total, hw.inp_depth),
                      ("local.wgt_buffer", T * wgt_tile + residual, hw.wgt_depth),
                      ("local.acc_buffer", T * acc_tile, hw.acc_depth),
@@ -383,7 +384,7 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual
         ks = {"reset": reset, "gemm": gemm, "shr": alu, "min": alu, "max": alu}
         if residual:    # acc[co, h, w] += 2**k * I x res[co, h, w], block by block
             ks["res"] = Kernel.build([(tco, th * tw, th * tw, 0), (th, tw, tw, 0), (tw, 1, 1, 0)],
-                                     (ab, ib + inp_tile, T * wgt_tile))
+                                     (ab, ib, T * wgt_tile))
             ks["round"] = ks["shr_post"] = alu
         if bias:
             hw_ = th * tw
@@ -516,8 +517,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
 
     th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
     h_ext, w_ext = plan["h_ext"], plan["w_ext"]
-    inp_tile, wgt_tile, acc_tile, out_tile = plan["inp_tile"], plan["wgt_tile"], plan["acc_tile"], plan["out_tile"]
-    inp_total = plan["inp_total"]
+    inp_total, wgt_tile, acc_tile, out_tile = plan["inp_total"], plan["wgt_tile"], plan["acc_tile"], plan["out_tile"]
     n_ci0 = sch.tci[0]
     n_inp, iy, ix, istride = plan["inp_dma"]
     n_out, oy, ox, ostride = plan["out_dma"]
@@ -590,8 +590,9 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
                     out.append((t * inp_total, dram, iy, ix, istride, 0, 0, 0, 0))
                 out.append((t * wgt_tile, base["wgt"] + (co0 * tco * cib + ci0 * tci) * khw, wy, wx, wstride,
                             0, 0, 0, 0))
-                if residual is not None and ci0 == n_ci0 - 1:
-                    out_tile_dma("res", t, h0, co0, t * inp_total + inp_tile)
+        if residual is not None:
+            for t, h0, co0 in coords:
+                out_tile_dma("res", t, h0, co0, t * inp_total)
         for t, h0, co0 in coords:
             out_tile_dma("out", t, h0, co0, t * acc_tile)
         return out
@@ -632,23 +633,28 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
                     for _c in range(n_inp_dma):
                         dma(Opcode.LOAD, MemId.INP, "load_inp")
                     dma(Opcode.LOAD, MemId.WGT, "load_wgt")
-                    if residual is not None and ci0 == n_ci0 - 1:
-                        for _c in range(n_out):
-                            dma(Opcode.LOAD, MemId.INP, "load_res")
                 q.push(LOAD, COMPUTE)
             for t in range(T):
                 q.pop(LOAD, COMPUTE)
                 if t in on:
                     gemm(t, "gemm")
-                if n_ci0 > 1:
+                if n_ci0 > 1 or residual is not None:
                     q.push(COMPUTE, LOAD)
-        if n_ci0 > 1:
-            for t in range(T):
+        if n_ci0 > 1 or residual is not None:
+            for t in range(T):      # the input tiles are read: the residual may take them
                 q.pop(COMPUTE, LOAD)
+                if residual is not None:
+                    if t in on:
+                        for _c in range(n_out):
+                            dma(Opcode.LOAD, MemId.INP, "load_res")
+                    q.push(LOAD, COMPUTE)
         for t in range(T):
+            if residual is not None and t not in on:
+                q.pop(LOAD, COMPUTE)
             if t in on:
                 for op, use_imm, imm, name in alu_ops:
                     if name == "res":
+                        q.pop(LOAD, COMPUTE)
                         gemm(t, "res")
                         continue
                     rec = recs[(t, name)]

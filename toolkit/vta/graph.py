@@ -3,13 +3,13 @@
 A :class:`Graph` is plain data (``graph.json`` plus an ``.npz`` of arrays in an export): layers in
 execution order, each naming its inputs. Tensors between layers are int8 with a per-tensor power-of-two
 scale (``value = q * 2**-exp``) until the first layer that leaves the integers (global average pooling,
-the classifier), then float32. Each op (``conv``, ``add``, ``relu``, ``maxpool``, ``avgpool``, ``flatten``,
-``linear``) is one entry of :data:`toolkit.vta.ops.OPS`: its attributes, checks and int8 reference. A VTA
-conv runs the program the export holds, on packed tensors; consecutive VTA convs pass packed tensors
-without unpacking.
+the classifier), then float32. Each op (``conv``, ``conv_add``: a conv and the residual add after it, ``add``,
+``relu``, ``maxpool``, ``avgpool``, ``flatten``, ``linear``) is one entry of :data:`toolkit.vta.ops.OPS`: its
+attributes, checks and int8 reference. A VTA conv runs the program the export holds, on packed tensors;
+consecutive VTA convs pass packed tensors without unpacking.
 
 :func:`execute` runs a graph: with ``vta=None`` every conv runs in numpy (the int8 reference), else VTA
-convs call ``vta(layer, packed_input)``. Board-side code needs only numpy and this package.
+convs call ``vta(layer, packed_inputs)``. Board-side code needs only numpy and this package.
 
 >>> g = Graph.from_json({"input": {"shape": [1, 16, 4, 4], "exp": 6}, "outputs": ["r"],
 ...     "layers": [{"name": "r", "op": "relu", "inputs": ["input"]}]})
@@ -158,8 +158,8 @@ class Execution:
         return float(sum(self.seconds.values()))
 
 
-VTACall = Callable[[Layer, np.ndarray], tuple[np.ndarray, float]]
-"""Runs a VTA conv layer on a packed int8 input: (packed int8 output, seconds)."""
+VTACall = Callable[[Layer, list[np.ndarray]], tuple[np.ndarray, float]]
+"""Runs a VTA layer on its packed int8 inputs: (packed int8 output, seconds)."""
 
 
 def quantize_input(x: np.ndarray, exp: int) -> np.ndarray:
@@ -180,8 +180,7 @@ def execute(graph: Graph, arrays: dict[str, np.ndarray], x: np.ndarray, *, vta: 
         if layer.device == "vta" and vta is not None:
             from toolkit.vta.reference import pack_input
 
-            src = args[0]
-            packed = src.data if src.packed else pack_input(src.data, hw)
+            packed = [a.data if a.packed else pack_input(a.data, hw) for a in args]
             out, seconds[layer.name] = vta(layer, packed)
             tensors[layer.name] = Tensor(out, layer.attrs["exp"], packed=True)
             continue
@@ -230,7 +229,8 @@ def from_package(package: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.nd
 
 
 ProgramCall = Callable[[bytes, dict[str, np.ndarray]], tuple[np.ndarray, float]]
-"""Runs one VTA program on named packed inputs (``inp``, ``wgt``, ``bias``): (packed output, seconds)."""
+"""Runs one VTA program on named packed inputs (its regions: ``inp``, ``wgt``, ``bias``, ...): (packed output,
+seconds)."""
 
 
 def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program: ProgramCall
@@ -247,7 +247,7 @@ def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program:
     for layer in graph.layers:
         if layer.device == "vta":      # weights and bias are stored packed: nothing is packed here
             prog = Program.from_bytes(programs[layer.name])
-            named = {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+            named = OPS[layer.op].vta_arrays(layer, arrays)
             for region, arr in named.items():
                 if region in prog.regions and tuple(prog.regions[region].shape) != arr.shape:
                     raise ExportError(f"layer {layer.name}: its program's {region} region is "
@@ -255,9 +255,9 @@ def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program:
                                       "re-export the model")
             packed[layer.name] = (programs[layer.name], tuple(prog.regions["out"].shape), named)
 
-    def on_vta(layer: Layer, x: np.ndarray) -> tuple[np.ndarray, float]:
+    def on_vta(layer: Layer, xs: list[np.ndarray]) -> tuple[np.ndarray, float]:
         program, shape, named = packed[layer.name]
-        out, seconds = run_program(program, {"inp": x, **named})
+        out, seconds = run_program(program, {**dict(zip(OPS[layer.op].vta_inputs, xs)), **named})
         return np.asarray(out).reshape(shape), seconds
 
     outputs, seconds, digests = [], [], []

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from toolkit.errors import ExportError
-from toolkit.vta.reference import conv2d_int32, conv2d_sum, requantize, unpack_bias, unpack_weight
+from toolkit.vta.reference import add_residual, conv2d_int32, conv2d_sum, requantize, unpack_bias, unpack_weight
 
 if TYPE_CHECKING:
     from toolkit.vta.graph import Layer
@@ -148,6 +148,13 @@ class Op:
         """Place the int8 layer on VTA ``hw``: its device set and its arrays rewritten as VTA reads them."""
         raise ExportError(f"layer {layer.name}: {self.name} has no VTA lowering")
 
+    vta_inputs: ClassVar[tuple[str, ...]] = ("inp",)
+    """The program regions a VTA layer's input tensors fill, in the order of its inputs."""
+
+    def vta_arrays(self, layer: Layer, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The program regions a VTA layer's stored arrays fill (already in VTA's layout), by region name."""
+        return {}
+
 
 class Conv(Op):
     """A 2-D conv: int32 accumulation, ``+ bias`` at the accumulator scale (rounding offset folded in),
@@ -198,6 +205,9 @@ class Conv(Op):
         arrays[f"{layer.name}.bias"] = pack_bias(b, hw, batch=batch)
         layer.device = "vta"
 
+    def vta_arrays(self, layer: Layer, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         a = layer.attrs
         w, b = conv_arrays(layer, arrays)
@@ -233,13 +243,78 @@ class Conv(Op):
         return int(eo)
 
 
+class ConvAdd(Conv):
+    """A conv and the residual add after it as one layer: ``(acc + bias) >> shift``, ``+ (res << scale)``,
+    ``(+ 2**(post_shift-1)) >> post_shift``, clip: a VTA conv program with a residual
+    (:class:`toolkit.vta.compiler.Residual`). Made from a quantised conv and add by
+    :func:`toolkit.vta.quantize.fuse_residuals`, not from a float layer."""
+
+    name = "conv_add"
+    arity = 2
+    attrs = {**Conv.attrs, "scale": "int", "post_shift": "int"}
+    vta_inputs = ("inp", "res")
+
+    def check(self, attrs: dict[str, Any]) -> str | None:
+        from toolkit.vta.compiler import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
+
+        if not (0 <= attrs["scale"] <= RESIDUAL_SCALE_MAX and 0 <= attrs["post_shift"] <= POST_SHIFT_MAX):
+            return "a bad residual scale or shift"
+        return super().check(attrs)
+
+    def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
+        out = super().shape(layer, shapes[:1], arrays)
+        if shapes[1] != out:
+            raise ExportError(f"layer {layer.name} adds a tensor of shape {list(shapes[1])} to its conv's "
+                              f"{list(out)}; re-export the model")
+        if layer.device == "vta":
+            w = arrays[f"{layer.name}.weight"]
+            ident = need_array(arrays, f"{layer.name}.ident", "int8", 6)
+            if ident.shape != (1, 1, 1, 1, w.shape[4], w.shape[5]):
+                raise ExportError(f"layer {layer.name}: its identity block {list(ident.shape)} does not fit its "
+                                  f"weights {list(w.shape)}; re-export the model")
+        return out
+
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        """The conv's multiply-adds and requantisation, and the add (with its rounding) per output element."""
+        macs, elementwise = super().work(layer, shapes, out, arrays)
+        return macs, 2 * elementwise
+
+    def to_vta(self, layer: Layer, arrays: dict[str, np.ndarray], hw: Any, batch: int) -> None:
+        """The conv's packed arrays and the residual's weight block ``2**scale * I``."""
+        from toolkit.vta.reference import pack_weight
+
+        super().to_vta(layer, arrays, hw, batch)
+        eye = np.eye(hw.block_out, hw.block_in, dtype=np.int8) * np.int8(1 << layer.attrs["scale"])
+        arrays[f"{layer.name}.ident"] = pack_weight(eye.reshape(hw.block_out, hw.block_in, 1, 1), hw)
+
+    def vta_arrays(self, layer: Layer, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {**super().vta_arrays(layer, arrays), "ident": arrays[f"{layer.name}.ident"]}
+
+    def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
+        a = layer.attrs
+        w, b = conv_arrays(layer, arrays)
+        acc = conv2d_int32(args[0].data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
+        acc = (acc.astype(np.int64) + b.astype(np.int64).reshape(1, -1, 1, 1)).astype(np.int32) >> np.int32(a["shift"])
+        return Tensor(add_residual(acc, args[1].data, a["scale"], a["post_shift"], relu=a["relu"]), a["exp"])
+
+    def run_float(self, layer: Layer, args: list[np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:
+        a = layer.attrs
+        return relu_if(conv2d_float(args[0], arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"],
+                                    tuple(a["stride"]), tuple(a["pad"]), a["groups"]) + args[1], a["relu"])
+
+    def quantize(self, layer: Layer, exps: list[int | None], peak: float, floats: dict[str, np.ndarray],
+                 arrays: dict[str, np.ndarray]) -> int | None:
+        raise ExportError(f"layer {layer.name}: {self.name} is made from an int8 conv and add, never quantised")
+
+
 class Add(Op):
     """A residual add: both int8 inputs aligned to the finer scale, summed in int32, rounded back by a shift,
     optional ReLU (float inputs: a float sum)."""
 
     name = "add"
     arity = 2
-    cpu_why = "no VTA lowering yet (a dense 1x1 GEMM over both operands would waste most of VTA's MACs)"
+    cpu_why = "not folded into a conv's program (the export says why)"
     attrs = {"relu": "bool", "exp": "int"}
 
     def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
@@ -397,8 +472,11 @@ class Linear(Op):
         return None
 
 
-OPS: dict[str, Op] = {op.name: op for op in (Conv(), Add(), Relu(), MaxPool(), AvgPool(), Flatten(), Linear())}
+OPS: dict[str, Op] = {op.name: op for op in (Conv(), ConvAdd(), Add(), Relu(), MaxPool(), AvgPool(), Flatten(),
+                                               Linear())}
 """Every op of the int8 graph, by name."""
+CONVS = ("conv", "conv_add")
+"""The ops that are a model's convs (one per conv the model's trace finds)."""
 
 
 def conv2d_float(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: tuple[int, int], pad: tuple[int, int],

@@ -42,11 +42,12 @@ def run_float(model: FloatModel, x: np.ndarray) -> dict[str, np.ndarray]:
 @dataclass
 class Quantized:
     """An int8 model: its graph (exps and shifts set), arrays (int8 weights, int32 biases at the accumulator
-    scale, float32 classifier) and each tensor's shape."""
+    scale, float32 classifier), each tensor's shape and exponent (``None``: float32)."""
 
     graph: Graph
     arrays: dict[str, np.ndarray]
     shapes: dict[str, tuple[int, ...]]
+    exps: dict[str, int | None]
 
 
 def calibrate(model: FloatModel, inputs: np.ndarray) -> dict[str, float]:
@@ -80,7 +81,64 @@ def quantize(model: FloatModel, inputs: np.ndarray) -> Quantized:
                                                   model.arrays, arrays)
         layers.append(q)
     graph = Graph(model.graph.input_shape, int(exps[INPUT] or 0), layers, list(model.graph.outputs))
-    return Quantized(graph, arrays, dict(model.shapes))
+    return Quantized(graph, arrays, dict(model.shapes), exps)
+
+
+def fuse_residuals(q: Quantized) -> dict[str, str]:
+    """Fold each residual add into the conv that feeds it alone (:class:`~toolkit.vta.ops.ConvAdd`: one VTA program
+    computes both, with no int8 rounding between them); returns why each add left alone was not fused.
+
+    An add is fused with its later conv operand when that conv has no ReLU and feeds nothing else, and the scales
+    fit VTA's epilogue: the conv's accumulator (exponent ``a``) is shifted to ``r + k`` (``r`` the other operand's
+    exponent, ``0 <= k <= 6``: the residual enters through the weight block ``2**k * I``), then to the add's
+    output exponent by a shift of at most 15. The fused layer takes the conv's place and name; the add's users
+    read it."""
+    from toolkit.vta.compiler import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
+
+    g, exp = q.graph, q.exps
+    index = {layer.name: i for i, layer in enumerate(g.layers)}
+    users: dict[str, int] = {}
+    for layer in g.layers:
+        for n in layer.inputs:
+            users[n] = users.get(n, 0) + 1
+    fused: dict[str, str] = {}       # add -> conv
+    kept: dict[str, str] = {}        # add -> why not
+    for add in (layer for layer in g.layers if layer.op == "add"):
+        convs = [n for n in add.inputs if n in index and g.layers[index[n]].op == "conv"]
+        if None in (exp[n] for n in add.inputs) or not convs:
+            kept[add.name] = "a float operand" if convs else "no conv operand to fold it into"
+            continue
+        name = max(convs, key=index.__getitem__)
+        conv, other = g.layers[index[name]], add.inputs[1] if add.inputs[0] == name else add.inputs[0]
+        acc = conv.attrs["shift"] + conv.attrs["exp"]
+        scale = min(RESIDUAL_SCALE_MAX, acc - exp[other])
+        shift, post = acc - exp[other] - scale, exp[other] + scale - add.attrs["exp"]
+        why = next((w for bad, w in (
+            (conv.attrs["relu"], f"its conv {name} has a ReLU"),
+            (users[name] != 1 or name in g.outputs or other == name, f"its conv {name} has other users"),
+            (index.get(other, -1) > index[name], f"its other operand comes after its conv {name}"),
+            (scale < 0, "its residual is finer than the conv's accumulator"),
+            (not 0 <= post <= POST_SHIFT_MAX or shift > 31, f"its scales need a shift of {post} (VTA's residual "
+                                                             f"epilogue takes 0 to {POST_SHIFT_MAX})")) if bad), None)
+        if why:
+            kept[add.name] = why
+            continue
+        bias = q.arrays[f"{name}.bias"].astype(np.int64)
+        old = conv.attrs["shift"]
+        bias += ((1 << (shift - 1)) if shift else 0) - ((1 << (old - 1)) if old else 0)
+        q.arrays[f"{name}.bias"] = bias.astype(np.int32)
+        conv.op, conv.inputs = "conv_add", [conv.inputs[0], other]
+        conv.attrs.update(shift=int(shift), scale=int(scale), post_shift=int(post), relu=add.attrs["relu"],
+                          exp=add.attrs["exp"])
+        fused[add.name] = name
+    if fused:
+        g.layers = [layer for layer in g.layers if layer.name not in fused]
+        for layer in g.layers:
+            layer.inputs = [fused.get(n, n) for n in layer.inputs]
+        g.outputs = [fused.get(n, n) for n in g.outputs]
+        for add, conv in fused.items():
+            q.shapes[conv], q.exps[conv] = q.shapes.pop(add), q.exps.pop(add)
+    return kept
 
 
 def vta_refusal(wl: Any, groups: int, hw: Any) -> str | None:

@@ -29,7 +29,7 @@ from toolkit.manifest import ConvPlan, ModelBuild
 from toolkit.tuning.core.space import Config
 from toolkit.vta.config import VTAConfig, get_preset
 from toolkit.vta.graph import Graph, Layer, check_arrays, execute, tensor_digests
-from toolkit.vta.ops import OPS
+from toolkit.vta.ops import CONVS, OPS
 from toolkit.workloads import Conv2dWorkload
 
 GRAPH = "graph.json"
@@ -40,9 +40,9 @@ CALIBRATION_SYNTHETIC = 16
 """Inputs drawn (standard normal, seed :data:`CALIBRATION_SEED`) to calibrate on when none are given."""
 
 
-def default_config(wl: Conv2dWorkload, hw: VTAConfig, *, relu: bool = True, shift: int = 8) -> Config:
+def default_config(wl: Conv2dWorkload, hw: VTAConfig, **epilogue: Any) -> Config:
     """The untuned config of a model conv: one thread, the largest output tile (then output-channel tile,
-    then input-channel tile) whose program compiles with the model's epilogue (bias, shift, ReLU)."""
+    then input-channel tile) whose program compiles with the model's ``epilogue`` (:func:`epilogue`)."""
     from toolkit.backends.vta.space import vta_conv2d_space
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
@@ -57,11 +57,23 @@ def default_config(wl: Conv2dWorkload, hw: VTAConfig, *, relu: bool = True, shif
                                -v["tile_b"][-1], i, c))
     for *_, c in sorted(candidates, key=lambda t: t[:5]):
         try:
-            compile_conv2d(wl, c.values, hw, bias=True, acc_bias=True, shift=shift, relu=relu)
+            compile_conv2d(wl, c.values, hw, **epilogue)
             return c
         except VTAError:
             continue
     raise ExportError(f"{wl.spec()}: no config of VTA {hw.bitstream} runs this conv; keep it on the CPU")
+
+
+def epilogue(layer: Layer) -> dict[str, Any]:
+    """A VTA conv layer's requantisation as :func:`~toolkit.vta.compiler.compile_conv2d` takes it: the bias at the
+    accumulator scale, the layer's shift and ReLU, and a residual's scale and shift for a ``conv_add``."""
+    from toolkit.vta.compiler import Residual
+
+    a = layer.attrs
+    out: dict[str, Any] = {"bias": True, "acc_bias": True, "shift": a["shift"], "relu": a["relu"]}
+    if layer.op == "conv_add":
+        out["residual"] = Residual(a["scale"], a["post_shift"])
+    return out
 
 
 def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
@@ -73,7 +85,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
     from toolkit.vta.from_torch import float_graph
-    from toolkit.vta.quantize import conv_workload, quantize, vta_refusal
+    from toolkit.vta.quantize import conv_workload, fuse_residuals, quantize, vta_refusal
 
     hw = get_preset(profile.vta["preset"])
     placeholder = next(n for n in program.graph.nodes if n.op == "placeholder"
@@ -93,7 +105,8 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         calib_info = {"source": "given", "inputs": int(calib.shape[0] // max(1, input_shape[0])),
                       "sha256": _digest(calib)}
     q = quantize(fm, calib)
-    conv_layers = [layer for layer in q.graph.layers if layer.op == "conv"]
+    unfused = fuse_residuals(q)
+    conv_layers = [layer for layer in q.graph.layers if layer.op in CONVS]
     if len(conv_layers) != len(plans):
         raise ExportError(f"the model's graph has {len(conv_layers)} convs where its trace found {len(plans)}; "
                           "VTA exports take models of plain 2-D convs")
@@ -109,36 +122,38 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         wl, config = conv_workload(q, layer), plan.config
         plan.kernel = layer.name
         if plan.template is None:
-            layers_info.append({"layer": layer.name, "op": "conv", "device": "cpu", "why": OPS["conv"].cpu_why})
+            layers_info.append({"layer": layer.name, "op": layer.op, "device": "cpu", "why": OPS[layer.op].cpu_why})
             continue
-        OPS["conv"].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
+        OPS[layer.op].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
         if progress is not None:
             progress(f"VTA program of {layer.name}")
-        a = layer.attrs
-        epilogue = {"bias": True, "acc_bias": True, "shift": a["shift"], "relu": a["relu"]}
+        ep = epilogue(layer)
         why = ""
         try:
-            compiled = compile_conv2d(wl, config.values, hw, **epilogue)
+            compiled = compile_conv2d(wl, config.values, hw, **ep)
         except VTAError as exc:
-            config = default_config(wl, hw, relu=a["relu"], shift=a["shift"])
-            why = f"config #{config.index} (largest tiles that fit): the tuned one does not fit the bias ({exc})"
-            compiled = compile_conv2d(wl, config.values, hw, **epilogue)
+            config = default_config(wl, hw, **ep)
+            fits = "the bias and residual" if "residual" in ep else "the bias"
+            why = f"config #{config.index} (largest tiles that fit): the tuned one does not fit {fits} ({exc})"
+            compiled = compile_conv2d(wl, config.values, hw, **ep)
         rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
         if rel in files.values():
             raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
         (folder / rel).write_bytes(compiled.program.to_bytes())
         files[f"program:{layer.name}"] = rel
-        layers_info.append({"layer": layer.name, "op": "conv", "device": "vta", "program": rel,
+        layers_info.append({"layer": layer.name, "op": layer.op, "device": "vta", "program": rel,
                             "config_index": config.index,
                             "config": config.values, "note": why,
-                            "instructions": len(compiled.program.insns)})
-    layers_info += [{"layer": layer.name, "op": layer.op, "device": "cpu", "why": OPS[layer.op].cpu_why}
-                    for layer in q.graph.layers if layer.op != "conv"]
+                            "instructions": len(compiled.program.insns),
+                            **({"why": "the residual add, inside its conv's program"} if "residual" in ep else {})})
+    layers_info += [{"layer": layer.name, "op": layer.op, "device": "cpu",
+                     "why": unfused.get(layer.name, OPS[layer.op].cpu_why)} for layer in q.graph.layers
+                    if layer.op not in CONVS]
     (folder / GRAPH).write_text(json.dumps(q.graph.to_json(), indent=1) + "\n")
     buf = io.BytesIO()
     np.savez(buf, **q.arrays)
     (folder / WEIGHTS).write_bytes(buf.getvalue())
-    on_vta = sum(1 for i in layers_info if i["op"] == "conv" and i["device"] == "vta")
+    on_vta = sum(1 for i in layers_info if i["op"] in CONVS and i["device"] == "vta")
     extra = {"calibration": calib_info, "vta_layers": layers_info,
              "params": f"int8 weights and int32 biases in {WEIGHTS} (a VTA layer's packed in VTA's layout); {on_vta} "
                        f"of {len(conv_layers)} convs are VTA programs in {PROGRAMS}/, the other layers run in numpy "
@@ -191,7 +206,7 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
         if prog.hw.to_json() != hw.to_json():
             raise ExportError(f"{rel} is built for VTA {prog.hw.bitstream}, the export for {hw.bitstream}; "
                               "re-export the model")
-        packed[layer.name] = {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+        packed[layer.name] = OPS[layer.op].vta_arrays(layer, arrays)
         for region, arr in packed[layer.name].items():
             if region in prog.regions and tuple(prog.regions[region].shape) != arr.shape:
                 raise ExportError(f"{rel}: its {region} region is {list(prog.regions[region].shape)}, the layer's "
@@ -228,10 +243,10 @@ def run_vta_model(vm: VTAModel, inputs: Sequence[np.ndarray]) -> VTAModelRun:
     from toolkit.vta.errors import VTAError
     from toolkit.vta.sim import simulate
 
-    def on_vta(layer: Layer, packed_input: np.ndarray) -> tuple[np.ndarray, float]:
+    def on_vta(layer: Layer, packed_inputs: list[np.ndarray]) -> tuple[np.ndarray, float]:
         prog = vm.programs[layer.name]
         try:
-            res = simulate(prog, {"inp": packed_input, **vm.packed[layer.name]})
+            res = simulate(prog, {**dict(zip(OPS[layer.op].vta_inputs, packed_inputs)), **vm.packed[layer.name]})
         except VTAError as exc:
             raise ExportError(f"layer {layer.name} failed in the simulator: {exc}") from None
         return np.asarray(res.outputs["out"]).reshape(prog.regions["out"].shape), float(res.seconds)
