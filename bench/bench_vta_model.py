@@ -97,9 +97,11 @@ def _fallback_ms(export: Path) -> float:
 
 
 def _epilogue_effect(export: Path, log: Path | None) -> dict[str, Any]:
-    """What the model's requantisation (bias at the accumulator scale, its shift, ReLU or not) costs beside TVM's
-    test epilogue (shift 8, no bias, ReLU) under the same configs: modelled time of the export's VTA convs, and
-    how many valid records of ``log`` stop fitting once the bias takes accumulator room."""
+    """What the model's requantisation (bias at the accumulator scale, its shift, ReLU or not, the residual add where
+    one folds into the conv) costs beside TVM's test epilogue (shift 8, no bias, ReLU) under the same configs:
+    modelled time of the export's VTA convs, and how many valid records of ``log`` stop fitting once the bias
+    takes accumulator room."""
+    from toolkit.backends.vta.model import epilogue
     from toolkit.export import load_export
     from toolkit.tuning.journal import read_log
     from toolkit.vta.compiler import check_config, compile_conv2d
@@ -117,10 +119,9 @@ def _epilogue_effect(export: Path, log: Path | None) -> dict[str, Any]:
         if layer["device"] != "vta":
             continue
         conv = next(c for c in ex.manifest.model["convs"] if c["kernel"] == layer["layer"])
-        wl, a = parse_spec(conv["workload"]), graph.layer(layer["layer"]).attrs
+        wl, ep = parse_spec(conv["workload"]), epilogue(graph.layer(layer["layer"]))
         plain += simulate(compile_conv2d(wl, layer["config"], hw).program, timing_only=True).seconds
-        model += simulate(compile_conv2d(wl, layer["config"], hw, bias=True, acc_bias=True, shift=a["shift"],
-                                         relu=a["relu"]).program, timing_only=True).seconds
+        model += simulate(compile_conv2d(wl, layer["config"], hw, **ep).program, timing_only=True).seconds
     valid = unfit = 0
     if log is not None:
         for rec in read_log(log)[1]:
@@ -212,9 +213,10 @@ def _markdown(results: dict[str, Any]) -> str:
              f"Machine: {env['machine']}; {env['date']}; edgetune {env['edgetune']}. Command: `{env['command']}`. "
              "ResNet-18 (built-in, seeded random weights), batch 1, 224x224, int8 with per-tensor power-of-two "
              "scales calibrated on 16 synthetic inputs. VTA: the simulator's modelled device time (docs/vta.md); "
-             "CPU: the layers VTA does not run (the 3-channel first conv, max pooling, the 8 residual adds, global "
-             "pooling, the classifier) in numpy, measured on this x86 host, not on the board's ARM cores. Every "
-             "run is bit-exact with the int8 reference and checked against PyTorch (top-1, cosine).", "",
+             "CPU: the layers VTA does not run (the 3-channel first conv, max pooling, global pooling, the "
+             "classifier; the 8 residual adds run inside their convs' VTA programs) in numpy, measured on this "
+             "x86 host, not on the board's ARM cores. Every run is bit-exact with the int8 reference and checked "
+             "against PyTorch (top-1, cosine).", "",
              "| VTA config | variant | VTA ms | CPU ms | latency ms | VTA speed-up vs TVM fallback | CPU share: "
              "multiply-adds / elementwise | cosine vs PyTorch | top-1 agrees |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -253,7 +255,8 @@ def _markdown(results: dict[str, Any]) -> str:
         e = r.get("epilogue")
         if e:
             lines += [f"Requantisation cost ({preset}, the tuned configs): the model's epilogue (bias added at the "
-                      f"accumulator scale, each layer's shift, ReLU where the model has it) takes {e['model_ms']:.1f} "
+                      f"accumulator scale, each layer's shift, ReLU where the model has it, the residual add in the 8 "
+                      f"convs it folds into) takes {e['model_ms']:.1f} "
                       f"ms of VTA time where TVM's test epilogue (shift 8, no bias, ReLU) takes {e['plain_ms']:.1f} ms "
                       f"({(e['model_ms'] / e['plain_ms'] - 1) * 100:+.1f} %); of the log's {e['valid_records']} valid "
                       f"records, {e['unfit_with_bias']} do not fit once the bias takes accumulator room.", ""]

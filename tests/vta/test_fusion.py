@@ -3,6 +3,8 @@ one and the unfused int8 one, and a fused layer run as one VTA program, bit-exac
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -84,12 +86,10 @@ def test_adds_that_cannot_be_fused_stay_adds():
     assert fuse_residuals(q) == {"a": "its residual is finer than the conv's accumulator"}
 
 
-def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
-    from toolkit.vta.graph import run_package, tensor_digests, to_package
-    from toolkit.vta.program import Program
-    from toolkit.vta.sim import simulate
+def fused_package(x: np.ndarray):
+    """A residual block quantised and fused, both convs on VTA: (the quantised model, its package)."""
+    from toolkit.vta.graph import to_package
 
-    x = np.random.default_rng(3).standard_normal((6, C, 8, 8)).astype(np.float32)
     q = quantize(block(False), x)
     fuse_residuals(q)
     programs = {}
@@ -101,6 +101,16 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
         ep = epilogue(layer)
         programs[name] = compile_conv2d(wl, default_config(wl, HW, **ep).values, HW, **ep).program.to_bytes()
     assert stored["c2.ident"].shape == (1, 1, 1, 1, 16, 16)
+    return q, to_package(q.graph, stored, programs, HW.to_json())
+
+
+def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
+    from toolkit.vta.graph import run_package, tensor_digests
+    from toolkit.vta.program import Program
+    from toolkit.vta.sim import simulate
+
+    x = np.random.default_rng(3).standard_normal((6, C, 8, 8)).astype(np.float32)
+    q, package = fused_package(x)
     calls = []
 
     def run_program(program: bytes, named: dict) -> tuple[np.ndarray, float]:
@@ -108,7 +118,6 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
         res = simulate(Program.from_bytes(program), named)
         return res.outputs["out"], res.seconds
 
-    package = to_package(q.graph, stored, programs, HW.to_json())
     outputs, _, digests = run_package(package, x, run_program)
     assert ["bias", "ident", "inp", "res", "wgt"] in calls
     for i in range(6):
@@ -118,3 +127,37 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
     package["array:c2.ident"] = np.zeros((1, 1, 1, 1, 8, 16), np.int8)
     with pytest.raises(ExportError, match="identity block"):
         run_package(package, x, run_program)
+
+
+def test_the_board_runs_a_fused_package_with_the_agents_modules_alone(tmp_path):
+    """What a board has: the agent's bundle and numpy, no other edgetune module (a lazy import of the compiler or
+    the workloads would fail there, not here)."""
+    import subprocess
+    import sys
+
+    from toolkit.rpc.provision import agent_files
+
+    for name, path in agent_files():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(path.read_bytes())
+    x = np.random.default_rng(4).standard_normal((2, C, 8, 8)).astype(np.float32)
+    q, package = fused_package(x)
+    np.savez(tmp_path / "package.npz", **package)
+    np.save(tmp_path / "x.npy", x)
+    script = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {str(Path(np.__file__).parent.parent)!r}]\n"
+              "import numpy as np, toolkit\n"
+              f"assert toolkit.__file__.startswith({str(tmp_path)!r}), toolkit.__file__\n"
+              "from toolkit.vta.graph import run_package\n"
+              "from toolkit.vta.program import Program\n"
+              "from toolkit.vta.sim import simulate\n"
+              "def run(program, named):\n"
+              "    r = simulate(Program.from_bytes(program), named)\n"
+              "    return r.outputs['out'], r.seconds\n"
+              f"with np.load({str(tmp_path / 'package.npz')!r}) as npz: package = dict(npz)\n"
+              f"outputs, _, _ = run_package(package, np.load({str(tmp_path / 'x.npy')!r}), run)\n"
+              f"np.save({str(tmp_path / 'out.npy')!r}, outputs[1][1])\n"
+              "print(sorted(m for m in sys.modules if m.startswith('toolkit')))\n")
+    r = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "toolkit.workloads" not in r.stdout and "toolkit.vta.compiler" not in r.stdout
+    assert np.array_equal(np.load(tmp_path / "out.npy"), execute(q.graph, q.arrays, x[1:2]).outputs[1])

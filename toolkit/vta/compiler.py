@@ -32,8 +32,8 @@ from toolkit.vta import checks
 from toolkit.vta.checks import ScheduleConfigError, TVMCompatError
 from toolkit.vta.config import VTAConfig
 from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemId, MemInsn, Opcode, Uop
-from toolkit.vta.layout import (DRAM_ADDR_BITS, IMM_BITS, LOOP_ITER_BITS, PAD_BITS, SIZE_BITS, SRAM_ADDR_BITS,
-                                STRIDE_BITS)
+from toolkit.vta.layout import (DRAM_ADDR_BITS, IMM_BITS, LOOP_ITER_BITS, PAD_BITS, POST_SHIFT_MAX,
+                                RESIDUAL_SCALE_MAX, SIZE_BITS, SRAM_ADDR_BITS, STRIDE_BITS)
 from toolkit.vta.program import Program, allocate_regions
 from toolkit.vta.uops import Kernel, check_hazard
 from toolkit.workloads import Conv2dWorkload
@@ -41,10 +41,6 @@ from toolkit.workloads import Conv2dWorkload
 KNOBS = ("tile_b", "tile_h", "tile_w", "tile_ci", "tile_co", "oc_nthread", "h_nthread")
 GEMM_KERNELS = ("reset", "gemm", "res")
 """Micro-op kernels run by GEMM instructions (the others by the ALU)."""
-RESIDUAL_SCALE_MAX = 6
-"""The largest ``k`` of a residual's identity weight block ``2**k * I`` (int8 holds 64, not 128)."""
-POST_SHIFT_MAX = 15
-"""The largest shift after a residual add: its rounding offset ``2**(shift-1)`` is an int16 ALU immediate."""
 LOAD, COMPUTE, STORE = 1, 2, 3  # runtime pipeline stages (kLoadStage ...)
 _NONE = 0
 

@@ -24,6 +24,10 @@ STRIDE_BITS = 16
 PAD_BITS = 4
 LOOP_ITER_BITS = 14
 IMM_BITS = 16
+RESIDUAL_SCALE_MAX = 6
+"""The largest ``k`` of a residual's identity weight block ``2**k * I`` (an int8 weight holds 64, not 128)."""
+POST_SHIFT_MAX = IMM_BITS - 1
+"""The largest shift after a residual add: its rounding offset ``2**(shift-1)`` is an int16 ALU immediate."""
 
 
 _HEADER = [("opcode", OPCODE_BITS, False), ("pop_prev", 1, False), ("pop_next", 1, False),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from toolkit.errors import ExportError
+from toolkit.vta.layout import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
 from toolkit.vta.reference import add_residual, conv2d_int32, conv2d_sum, requantize, unpack_bias, unpack_weight
 
 if TYPE_CHECKING:
@@ -255,8 +256,6 @@ class ConvAdd(Conv):
     vta_inputs = ("inp", "res")
 
     def check(self, attrs: dict[str, Any]) -> str | None:
-        from toolkit.vta.compiler import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
-
         if not (0 <= attrs["scale"] <= RESIDUAL_SCALE_MAX and 0 <= attrs["post_shift"] <= POST_SHIFT_MAX):
             return "a bad residual scale or shift"
         return super().check(attrs)

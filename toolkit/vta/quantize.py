@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import ExportError
+from toolkit.vta.layout import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
 from toolkit.vta.graph import INPUT, Graph, Layer
 from toolkit.vta.ops import OPS, exponent, oihw_shape
 
@@ -93,8 +94,6 @@ def fuse_residuals(q: Quantized) -> dict[str, str]:
     exponent, ``0 <= k <= 6``: the residual enters through the weight block ``2**k * I``), then to the add's
     output exponent by a shift of at most 15. The fused layer takes the conv's place and name; the add's users
     read it."""
-    from toolkit.vta.compiler import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
-
     g, exp = q.graph, q.exps
     index = {layer.name: i for i, layer in enumerate(g.layers)}
     users: dict[str, int] = {}
