@@ -48,7 +48,7 @@ def _ok(result) -> str:
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """A small CNN trained on digits (first conv 1 channel: on the CPU; two VTA convs), saved as .pt2, with
+    """A small CNN trained on digits (three VTA convs, the first's 1 channel padded to 16), saved as .pt2, with
     calibration, test inputs and labels as .npy, and its float accuracy."""
     from sklearn.datasets import load_digits
 
@@ -97,15 +97,19 @@ def test_trained_cnn_in_int8_on_vta_keeps_its_accuracy(digits, digits_export, tm
     assert run["correct"] is True and d["bit_exact"] is True
     assert d["pytorch"]["top1_agreement"] >= 0.99 and d["pytorch"]["samples"] == 497
     assert d["vta_ms"] > 0 and d["cpu_ms"] > 0 and d["vta_seconds"] == "modelled by the simulator"
-    devices = {(layer["layer"], layer["device"]) for layer in d["layers"] if layer["op"] == "conv"}
-    assert devices == {("0", "cpu"), ("3", "vta"), ("7", "vta")}
+    devices = {(layer["layer"], layer["device"]) for layer in d["layers"] if layer["op"] != "maxpool"}
+    assert devices == {("0.space_to_depth", "cpu"), ("0", "vta"), ("3", "vta"), ("7", "vta"),
+                       ("10", "cpu"), ("11", "cpu"), ("12", "cpu")}
     int8_accuracy = float((np.load(tmp_path / "out.npy").argmax(1) == np.load(folder / "labels.npy")).mean())
     assert int8_accuracy >= float_accuracy - 0.01 and float_accuracy > 0.95
     manifest = load_export(digits_export).manifest
     assert manifest.kind == "vta-model" and manifest.model["calibration"]["source"] == "given"
     assert manifest.model["calibration"]["inputs"] == 100
     convs = {c["module"]: c for c in manifest.model["convs"]}
-    assert convs["0"]["schedule"] == "cpu" and "input channels 1 not a multiple of VTA's block 16" in convs["0"]["why"]
+    assert convs["0"]["schedule"] == "fallback"
+    assert convs["0"]["workload"] == "conv2d:N=1,H=8,W=8,CI=16,CO=16,K=3,S=1,P=1"     # 1 channel padded to 16
+    s2d = next(v for v in manifest.model["vta_layers"] if v["op"] == "space_to_depth")
+    assert "0's 1 channels on a 8x8 grid, stride 1, become 16" in s2d["why"] and "16.00x" in s2d["why"]
 
 
 @pytest.mark.slow
@@ -156,7 +160,8 @@ def resnet_export(tmp_path_factory):
 def test_resnet18_runs_bit_exact_with_its_tuned_configs(resnet_export):
     m = load_export(resnet_export).manifest.model
     schedules = [c["schedule"] for c in m["convs"]]
-    assert schedules[0] == "cpu" and "tuned" in schedules and "fallback" in schedules and len(schedules) == 20
+    assert "tuned" in schedules and "fallback" in schedules and len(schedules) == 20
+    assert schedules[0] != "cpu" and ",CI=16," in m["convs"][0]["workload"]      # 3 channels by space-to-depth
     tuned = next(c for c in m["convs"] if c["schedule"] == "tuned")
     layer = next(v for v in m["vta_layers"] if v["layer"] == tuned["module"])
     assert layer["config_index"] == tuned["record"]["index"] and layer["note"] == ""
@@ -259,7 +264,7 @@ def test_bad_vta_model_exports_get_one_line_errors(digits, tmp_path):
     source.write_text("from torch import nn\n\n\ndef sigmoid():\n"
                       "    return nn.Sequential(nn.Conv2d(16, 16, 3), nn.Sigmoid())\n\n\ndef odd():\n"
                       "    return nn.Sequential(nn.Conv2d(16, 24, 3), nn.ReLU(), nn.Conv2d(24, 24, 3))\n\n\n"
-                      "def first_only():\n    return nn.Sequential(nn.Conv2d(3, 16, 3), nn.Flatten())\n")
+                      "def first_only():\n    return nn.Sequential(nn.Conv2d(3, 16, 3, stride=3), nn.Flatten())\n")
     r = _invoke("export", "--model", f"{source}:sigmoid", "--input-shape", "1,16,8,8", "-b", "vta-fsim", "--out",
                 tmp_path / "g")
     assert "aten.sigmoid" in one_line_error(r) and "no int8 lowering" in r.output

@@ -33,6 +33,8 @@ LAYERS = {
     "relu": (Layer("r", "relu", [INPUT]), {}, [(1, 8, 6, 6)]),
     "maxpool": (Layer("m", "maxpool", [INPUT], attrs={"kernel": [3, 3], "stride": [2, 2], "pad": [1, 1]}), {},
                 [(1, 8, 6, 6)]),
+    "space_to_depth": (Layer("s", "space_to_depth", [INPUT], attrs={"block": 2, "pad": [1, 1], "size": [4, 4],
+                                                                    "channels": 48}), {}, [(1, 8, 6, 6)]),
     "avgpool": (Layer("g", "avgpool", [INPUT]), {}, [(1, 8, 6, 6)]),
     "flatten": (Layer("f", "flatten", [INPUT]), {}, [(1, 8, 6, 6)]),
     "linear": (Layer("l", "linear", [INPUT]), {"l.weight": RNG.standard_normal((10, 32)).astype(np.float32),

@@ -149,10 +149,16 @@ def test_cli_extract_json_vta(model_file):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["n_convs"] == 5
-    assert {t["spec"] for t in d["vta"]["tasks"]} == {"conv2d:N=1,H=16,W=16,CI=32,CO=32,K=3,S=1,P=1"}
+    assert {t["spec"] for t in d["vta"]["tasks"]} == {"conv2d:N=1,H=17,W=17,CI=16,CO=32,K=2,S=1,P=0",   # by s2d
+                                                      "conv2d:N=1,H=16,W=16,CI=32,CO=32,K=3,S=1,P=1"}
     reasons = " ".join(s["reason"] for s in d["vta"]["skipped"])
-    assert "first conv" in reasons and "grouped" in reasons and "dilated" in reasons
+    assert "first conv" not in reasons and "grouped" in reasons and "dilated" in reasons
     assert {r["shift"] for r in d["requant"].values()} == {5}
+    r = CliRunner().invoke(app, ["workloads", "extract", f"{model_file}:make", "--input-shape", "1,3,32,32",
+                                 "--json", "--vta", "--first-conv", "cpu"])
+    d = json.loads(r.stdout)
+    assert {t["spec"] for t in d["vta"]["tasks"]} == {"conv2d:N=1,H=16,W=16,CI=32,CO=32,K=3,S=1,P=1"}
+    assert "first conv" in " ".join(s["reason"] for s in d["vta"]["skipped"])
     r = CliRunner().invoke(app, ["workloads", "extract", f"{model_file}:make", "--input-shape", "1,3"])
     assert r.exit_code == 2 and "four positive integers" in r.output
 
@@ -162,4 +168,4 @@ def test_cli_networks():
     assert r.exit_code == 0
     assert [n["name"] for n in json.loads(r.stdout)][:3] == ["resnet18", "resnet34", "resnet50"]
     r = CliRunner().invoke(app, ["workloads", "networks", "resnet18", "--vta", "--json"])
-    assert len(json.loads(r.stdout)["vta"]["tasks"]) == 10
+    assert len(json.loads(r.stdout)["vta"]["tasks"]) == 11     # C1 by space-to-depth and C2..C11

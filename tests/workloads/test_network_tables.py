@@ -83,9 +83,12 @@ def test_network_layers_parse_as_workloads():
         get_network("resnet1000")
 
 
-def test_vta_plan_keeps_c1_on_cpu_or_pads_it():
+def test_vta_plan_rewrites_c1_by_space_to_depth_keeps_it_on_cpu_or_pads_it():
     net = get_network("resnet18")
     plan = backend_for("vta").plan_network(net)
+    assert [t.workload.name for t in plan.tasks] == [f"resnet18.C{i}" for i in range(1, 12)]
+    assert plan.tasks[0].workload.spec() == "conv2d:N=1,H=115,W=115,CI=16,CO=64,K=4,S=1,P=0" and not plan.skipped
+    plan = backend_for("vta").plan_network(net, first_conv="cpu")
     assert [t.workload.name for t in plan.tasks] == [f"resnet18.C{i}" for i in range(2, 12)]
     assert [name for name, _ in plan.skipped] == ["resnet18.C1"]
     padded = backend_for("vta").plan_network(net, first_conv="pad")
@@ -101,4 +104,4 @@ def test_vta_plan_pads_channels_and_skips_depthwise():
     assert all(t.workload.ci % 16 == 0 and t.workload.co % 16 == 0 for t in plan.tasks)
     mobilenet = backend_for("vta").plan_network(get_network("mobilenet_v1"))
     assert sum("depthwise" in why for _, why in mobilenet.skipped) == 9     # 9 distinct depthwise shapes
-    assert sum(t.count for t in mobilenet.tasks) == 13
+    assert sum(t.count for t in mobilenet.tasks) == 14                      # the first conv by space-to-depth

@@ -93,7 +93,7 @@ class Backend(abc.ABC):
             return board
         raise ConfigError(f"--vta-config applies to VTA boards; {board.name!r} is a {board.profile.family} board")
 
-    def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
+    def plan_network(self, network: Network, first_conv: str = "s2d") -> TaskPlan:
         """The tasks of ``network`` on this family (by default every plain conv layer as it is)."""
         return plan_tasks(network, first_conv=first_conv)
 
@@ -191,6 +191,10 @@ class Backend(abc.ABC):
         if layer.groups != 1:
             return f"{layer.groups} groups"
         return "dilated" if layer.dilation != (1, 1) else None
+
+    def model_workload(self, layer: Any, profile: BoardProfile) -> Conv2dWorkload:
+        """The workload a model conv's kernel computes (by default the conv's own)."""
+        return layer.workload
 
     def model_default_config(self, template: Template) -> Config | None:
         """The config of a model conv without a record (``None``: the model must be tuned first)."""

@@ -64,7 +64,7 @@ def tasks_of(plan: TaskPlan, board: Board, **template_options: Any) -> list[Task
     return [make_task(t.workload, board, **template_options) for t in plan.tasks]
 
 
-def network_tasks(network: Network, board: Board, *, first_conv: str = "cpu",
+def network_tasks(network: Network, board: Board, *, first_conv: str = "s2d",
                   **template_options: Any) -> tuple[TaskPlan, list[Task]]:
     """A network's plan on ``board`` (its backend's :meth:`~toolkit.backends.base.Backend.plan_network`) and
     one task per planned task, in order: what :func:`~toolkit.tuning.network.tune_network` takes.

@@ -89,8 +89,9 @@ BoardsOpt = Annotated[int, typer.Option(
                             "tracker under the board's RPC key), one task per board at a time; one log.",
     rich_help_panel=_NETWORK)]
 FirstConvOpt = Annotated[str, typer.Option(
-    "--first-conv", help="Whole network on VTA: 'cpu' leaves the first conv on the CPU (as TVM), 'pad' pads it to "
-                         "16 channels.", rich_help_panel=_NETWORK)]
+    "--first-conv", help="Whole network on VTA: 's2d' rewrites a first conv of few input channels by "
+                         "space-to-depth (as a model export runs it), 'cpu' leaves it on the CPU (as TVM), 'pad' pads "
+                         "it to 16 channels.", rich_help_panel=_NETWORK)]
 
 
 def parse_options(items: list[str] | None) -> dict[str, str]:

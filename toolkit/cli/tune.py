@@ -94,7 +94,7 @@ def tune(
     scheduler: SchedulerOpt = "gradient",
     round_trials: RoundTrialsOpt = 32,
     input_shape: InputShapeOpt = "1,3,224,224",
-    first_conv: FirstConvOpt = "cpu",
+    first_conv: FirstConvOpt = "s2d",
     cluster: ClusterOpt = None,
     boards: BoardsOpt = 1,
 ) -> None:

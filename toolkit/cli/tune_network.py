@@ -61,7 +61,7 @@ def tune_model_command(
     scheduler: SchedulerOpt = "gradient",
     round_trials: RoundTrialsOpt = 32,
     input_shape: InputShapeOpt = "1,3,224,224",
-    first_conv: FirstConvOpt = "cpu",
+    first_conv: FirstConvOpt = "s2d",
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
     cluster: ClusterOpt = None,

@@ -53,7 +53,7 @@ def show(spec: Annotated[str, typer.Argument(help="A spec (conv2d:H=56,...) or a
 
 @workloads_app.command("networks")
 def networks(name: Annotated[Optional[str], typer.Argument(help="A built-in network; omit to list them all.")] = None,
-             vta: VtaOpt = False, first_conv: FirstConvOpt = "cpu", json: JsonOpt = False) -> None:
+             vta: VtaOpt = False, first_conv: FirstConvOpt = "s2d", json: JsonOpt = False) -> None:
     """List the built-in networks, or show one network's conv layers (with --vta: its VTA tasks)."""
     if name is None:
         nets = [get_network(n) for n in NETWORKS]
@@ -76,7 +76,7 @@ def extract_cmd(
     name: Annotated[Optional[str], typer.Option("--name", help="Layer name prefix (default: file stem or "
                                                                "factory name).")] = None,
     vta: VtaOpt = False,
-    first_conv: FirstConvOpt = "cpu",
+    first_conv: FirstConvOpt = "s2d",
     scales: Annotated[Optional[str], typer.Option(
         "--scales", help="Requantisation scales: S_IN,S_W,S_OUT for every conv, or a JSON file mapping module "
                          "names (or \"*\") to [s_in, s_w, s_out]; gives each conv's right shift "

@@ -126,7 +126,7 @@ def plan_convs(extraction: Extraction, backend: Any, profile: BoardProfile,
             plans.append(ConvPlan(node.module, layer.workload if layer else None, other,
                                       f"{why}: " + ("TVM's default lowering" if other == "tvm" else "int8 on the CPU")))
             continue
-        wl = layer.workload
+        wl = backend.model_workload(layer, profile)
         key = workload_key(wl.to_dict())
         template = backend.template(wl, profile)
         if key in best:

@@ -388,6 +388,37 @@ class MaxPool(Op):
         return maxpool(args[0], tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"]), -np.inf)
 
 
+class SpaceToDepth(Op):
+    """A conv's input rearranged for VTA (:func:`toolkit.workloads.networks.space_to_depth`): zero-padded by
+    ``pad`` and cut to ``size`` blocks of ``block x block`` pixels, each block's pixels made channels
+    (``c * block**2 + dy * block + dx``), zero channels up to ``channels``. A layout change, no arithmetic."""
+
+    name = "space_to_depth"
+    attrs = {"block": "int", "pad": "pad", "size": "pair", "channels": "int"}
+    cpu_why = "a layout change for the conv after it (pixel blocks become channels; no arithmetic)"
+
+    def check(self, attrs: dict[str, Any]) -> str | None:
+        return None if attrs["block"] in (1, 2) and attrs["channels"] >= 1 else "a bad block or channel count"
+
+    def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
+        s, a = shapes[0], layer.attrs
+        if len(s) != 4 or a["channels"] < s[1] * a["block"] ** 2:
+            raise ExportError(f"layer {layer.name}: {a['channels']} channels cannot hold the {a['block']}x"
+                              f"{a['block']} blocks of a {list(s)} input; re-export the model")
+        return (s[0], a["channels"], *a["size"])
+
+    def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
+             ) -> tuple[int, int]:
+        return 0, 0
+
+    def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
+        return Tensor(self.run_float(layer, [args[0].data], arrays), args[0].exp)
+
+    def run_float(self, layer: Layer, args: list[np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:
+        a = layer.attrs
+        return space_to_depth(args[0], a["block"], tuple(a["pad"]), tuple(a["size"]), a["channels"])
+
+
 class AvgPool(Op):
     """Global average pooling to 1x1; the model leaves int8 here (float32 output)."""
 
@@ -471,8 +502,8 @@ class Linear(Op):
         return None
 
 
-OPS: dict[str, Op] = {op.name: op for op in (Conv(), ConvAdd(), Add(), Relu(), MaxPool(), AvgPool(), Flatten(),
-                                               Linear())}
+OPS: dict[str, Op] = {op.name: op for op in (Conv(), ConvAdd(), Add(), Relu(), MaxPool(), SpaceToDepth(), AvgPool(),
+                                               Flatten(), Linear())}
 """Every op of the int8 graph, by name."""
 CONVS = ("conv", "conv_add")
 """The ops that are a model's convs (one per conv the model's trace finds)."""
@@ -497,4 +528,34 @@ def maxpool(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pad
     for i in range(kh):
         for j in range(kw):
             np.maximum(out, xp[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw], out=out)
+    return out
+
+
+def space_to_depth(x: np.ndarray, block: int, pad: tuple[int, int], size: tuple[int, int], channels: int
+                   ) -> np.ndarray:
+    """NCHW ``x`` zero-padded by ``pad`` and cut (or zero-extended) to ``size`` blocks of ``block x block`` pixels,
+    each block's pixels made channels (``c * block**2 + dy * block + dx``), zero channels up to ``channels``."""
+    n, c, h, w = x.shape
+    (ph, pw), (sh, sw), r = pad, size, block
+    xp = np.zeros((n, c, sh * r, sw * r), x.dtype)
+    hh, ww = max(0, min(h, sh * r - ph)), max(0, min(w, sw * r - pw))
+    xp[:, :, ph:ph + hh, pw:pw + ww] = x[:, :, :hh, :ww]
+    y = xp.reshape(n, c, sh, r, sw, r).transpose(0, 1, 3, 5, 2, 4).reshape(n, c * r * r, sh, sw)
+    out = np.zeros((n, channels, sh, sw), x.dtype)
+    out[:, :c * r * r] = y
+    return out
+
+
+def space_to_depth_weight(w: np.ndarray, block: int, channels: int) -> np.ndarray:
+    """OIHW weights of a stride-``block`` conv as the stride-1 conv over :func:`space_to_depth`'s output computes
+    the same sums with: kernel ``ceil(K/block)``, tap ``(c, dy, dx)`` of position ``(a, b)`` the weight
+    ``w[o, c, block*a + dy, block*b + dx]`` (zero past the kernel), zero for the padding channels."""
+    o, c, kh, kw = w.shape
+    r = block
+    KH, KW = -(-kh // r), -(-kw // r)
+    wp = np.zeros((o, c, KH * r, KW * r), w.dtype)
+    wp[:, :, :kh, :kw] = w
+    y = wp.reshape(o, c, KH, r, KW, r).transpose(0, 1, 3, 5, 2, 4).reshape(o, c * r * r, KH, KW)
+    out = np.zeros((o, channels, KH, KW), w.dtype)
+    out[:, :c * r * r] = y
     return out

@@ -140,6 +140,27 @@ def fuse_residuals(q: Quantized) -> dict[str, str]:
     return kept
 
 
+def rewrite_space_to_depth(q: Quantized, layer: Layer, workload: Any) -> Layer:
+    """Make int8 conv ``layer`` the stride-1 conv ``workload`` (:func:`~toolkit.workloads.networks.space_to_depth`
+    of its own) over a ``space_to_depth`` layer inserted before it: its weights rearranged and zero-padded, its
+    sums, and so its outputs, unchanged. Returns the inserted layer."""
+    from toolkit.vta.ops import space_to_depth_weight
+
+    g = q.graph
+    src = layer.inputs[0]
+    block = layer.attrs["stride"][0]
+    pad = [layer.attrs["pad"][0] - workload.ph, layer.attrs["pad"][1] - workload.pw]     # what VTA does not pad
+    s2d = Layer(f"{layer.name}.space_to_depth", "space_to_depth", [src], "cpu",
+                {"block": block, "pad": pad, "size": [workload.h, workload.w], "channels": workload.ci})
+    g.layers.insert(g.layers.index(layer), s2d)
+    q.shapes[s2d.name], q.exps[s2d.name] = (q.shapes[src][0], workload.ci, workload.h, workload.w), q.exps[src]
+    key = f"{layer.name}.weight"
+    q.arrays[key] = space_to_depth_weight(q.arrays[key], block, workload.ci)
+    layer.inputs[0] = s2d.name
+    layer.attrs.update(stride=[workload.sh, workload.sw], pad=[workload.ph, workload.pw])
+    return s2d
+
+
 def vta_refusal(wl: Any, groups: int, hw: Any) -> str | None:
     """Why a conv (its :class:`~toolkit.workloads.Conv2dWorkload` and groups) cannot run on VTA ``hw``
     (``None`` when it can)."""

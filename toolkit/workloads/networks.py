@@ -360,18 +360,47 @@ def pad_to_block(workload: Conv2dWorkload, block: int = 16) -> Conv2dWorkload:
     return replace(workload, ci=up(workload.ci), co=up(workload.co))
 
 
-def plan_tasks(network: Network, *, block: int | None = None, first_conv: str = "cpu") -> TaskPlan:
+SPACE_TO_DEPTH_STRIDES = (1, 2)
+"""The strides whose convs :func:`space_to_depth` rewrites (pixel blocks of ``stride x stride`` become channels)."""
+
+
+def space_to_depth(workload: Conv2dWorkload, block: int = 16) -> Conv2dWorkload | None:
+    """The conv an accelerator with channel blocks runs for one whose input channels are not a multiple of
+    ``block``: the zero-padded input's ``r x r`` pixel blocks (``r`` the stride, 1 or 2 in both axes) become
+    channels, ``CI*r*r`` rounded up to ``block``, and the conv a stride-1 unpadded one of kernel ``ceil(K/r)``
+    with the same output (``r = 1``: the channels padded, nothing else). ``None``: the channels are a multiple
+    already, or the strides differ or exceed 2.
+
+    >>> space_to_depth(Conv2dWorkload(1, 224, 224, 3, 64, 7, 7, 2, 2, 3, 3)).spec()
+    'conv2d:N=1,H=115,W=115,CI=16,CO=64,K=4,S=1,P=0'
+    """
+    wl, r = workload, workload.sh
+    if wl.ci % block == 0 or wl.sw != r or r not in SPACE_TO_DEPTH_STRIDES:
+        return None
+    ci = -(-wl.ci * r * r // block) * block
+    if r == 1:      # channels padded; VTA pads the rows and columns itself
+        return replace(wl, ci=ci)
+    kh, kw = -(-wl.kh // r), -(-wl.kw // r)
+    return replace(wl, h=wl.oh + kh - 1, w=wl.ow + kw - 1, ci=ci, kh=kh, kw=kw, sh=1, sw=1, ph=0, pw=0)
+
+
+FIRST_CONV = ("s2d", "cpu", "pad")
+"""Where an accelerator with channel blocks runs a network's first conv (:func:`plan_tasks`)."""
+
+
+def plan_tasks(network: Network, *, block: int | None = None, first_conv: str = "s2d") -> TaskPlan:
     """The tasks of ``network``: every plain conv layer as it is, or, on an accelerator with channel
     blocks (``block``: VTA's 16, see :meth:`toolkit.backends.base.Backend.plan_network`), padded.
 
     Grouped and dilated layers are skipped everywhere (the conv2d templates need groups=1 and
-    dilation 1). With ``block``, channels are padded to it, and the network's first conv either
-    stays on the CPU (``first_conv="cpu"``, as TVM's VTA flow does: ``quantize`` skips conv 0 and
-    ``graph_pack`` starts after it) or is padded too (``"pad"``, as TVM's v0.5 table padded C1 to 16
-    input channels). Layers whose padded shapes coincide become one task.
+    dilation 1). With ``block``, channels are padded to it, and the network's first conv is rewritten by
+    :func:`space_to_depth` when its input channels are not a multiple of the block (``first_conv="s2d"``, as
+    any such conv is: what a VTA model export runs), stays on the CPU (``"cpu"``, as TVM's VTA flow does:
+    ``quantize`` skips conv 0 and ``graph_pack`` starts after it) or is padded too (``"pad"``, as TVM's v0.5
+    table padded C1 to 16 input channels). Layers whose padded shapes coincide become one task.
     """
-    if first_conv not in ("cpu", "pad"):
-        raise WorkloadError(f"first_conv must be 'cpu' or 'pad', got {first_conv!r}")
+    if first_conv not in FIRST_CONV:
+        raise WorkloadError(f"first_conv must be one of {', '.join(map(repr, FIRST_CONV))}, got {first_conv!r}")
     vta = block is not None
     tasks: dict[Conv2dWorkload, NetworkTask] = {}
     skipped: list[tuple[str, str]] = []
@@ -387,7 +416,10 @@ def plan_tasks(network: Network, *, block: int | None = None, first_conv: str = 
             count -= 1
             if count == 0:
                 continue
-        workload = pad_to_block(layer.workload, block) if vta else layer.workload
+        workload = layer.workload
+        if vta and first_conv == "s2d":
+            workload = space_to_depth(workload, block) or workload
+        workload = pad_to_block(workload, block) if vta else workload
         if workload in tasks:
             old = tasks[workload]
             tasks[workload] = replace(old, count=old.count + count, layers=old.layers + (label,))

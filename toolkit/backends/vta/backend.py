@@ -116,8 +116,9 @@ class VTABackend(Backend):
 
         return VTARPCRunner(board, tracker, wait_s=wait_s, **options)
 
-    def plan_network(self, network: Network, first_conv: str = "cpu") -> TaskPlan:
-        """Channels padded to :data:`CHANNEL_BLOCK`; the first conv on the CPU unless ``first_conv="pad"``."""
+    def plan_network(self, network: Network, first_conv: str = "s2d") -> TaskPlan:
+        """Channels padded to :data:`CHANNEL_BLOCK`; a first conv of few input channels rewritten by space-to-depth
+        (``first_conv="s2d"``), left on the CPU (``"cpu"``) or padded (``"pad"``)."""
         return plan_tasks(network, block=CHANNEL_BLOCK, first_conv=first_conv)
 
     def explore_space(self, workload: Conv2dWorkload, profile: BoardProfile, *, exhaustive: bool,
@@ -256,12 +257,20 @@ class VTABackend(Backend):
         profile_hw(profile)
 
     def model_conv_refusal(self, layer: Any, profile: BoardProfile) -> str | None:
-        """Grouped or dilated convs, and channels or batch not multiples of VTA's blocks, stay on the CPU."""
+        """Grouped or dilated convs, and output channels or batch not multiples of VTA's blocks, stay on the CPU;
+        input channels that are not get the space-to-depth rewrite (:meth:`model_workload`) where it applies."""
         from toolkit.vta.quantize import vta_refusal
 
         if layer.dilation != (1, 1):
             return "dilated"
-        return vta_refusal(layer.workload, layer.groups, get_preset(profile.vta["preset"]))
+        return vta_refusal(self.model_workload(layer, profile), layer.groups, get_preset(profile.vta["preset"]))
+
+    def model_workload(self, layer: Any, profile: BoardProfile) -> Conv2dWorkload:
+        """A conv whose input channels are not a multiple of VTA's block runs as its space-to-depth rewrite
+        (:func:`~toolkit.workloads.networks.space_to_depth`: stride 1 or 2)."""
+        from toolkit.workloads.networks import space_to_depth
+
+        return space_to_depth(layer.workload, get_preset(profile.vta["preset"]).block_in) or layer.workload
 
     def model_default_config(self, template: Template) -> Config | None:
         """The largest tiles that fit (:func:`~toolkit.backends.vta.model.default_config`); AutoTVM's first

@@ -85,7 +85,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
     from toolkit.vta.from_torch import float_graph
-    from toolkit.vta.quantize import conv_workload, fuse_residuals, quantize, vta_refusal
+    from toolkit.vta.quantize import conv_workload, fuse_residuals, quantize, rewrite_space_to_depth, vta_refusal
 
     hw = get_preset(profile.vta["preset"])
     placeholder = next(n for n in program.graph.nodes if n.op == "placeholder"
@@ -124,6 +124,13 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         if plan.template is None:
             layers_info.append({"layer": layer.name, "op": layer.op, "device": "cpu", "why": OPS[layer.op].cpu_why})
             continue
+        if plan.workload not in (None, wl):      # the space-to-depth rewrite the plan chose
+            s2d = rewrite_space_to_depth(q, layer, plan.workload)
+            layers_info.append({"layer": s2d.name, "op": s2d.op, "device": "cpu", "why": (
+                f"{OPS[s2d.op].cpu_why}: {layer.name}'s {wl.ci} channels on a {wl.h}x{wl.w} grid, stride {wl.sh}, "
+                f"become {plan.workload.ci} on {plan.workload.h}x{plan.workload.w}, stride 1; VTA computes "
+                f"{plan.workload.macs / wl.macs:.2f}x the conv's multiply-adds")})
+            wl = conv_workload(q, layer)
         OPS[layer.op].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
         if progress is not None:
             progress(f"VTA program of {layer.name}")
@@ -146,9 +153,10 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
                             "config": config.values, "note": why,
                             "instructions": len(compiled.program.insns),
                             **({"why": "the residual add, inside its conv's program"} if "residual" in ep else {})})
+    listed = {i["layer"] for i in layers_info}
     layers_info += [{"layer": layer.name, "op": layer.op, "device": "cpu",
                      "why": unfused.get(layer.name, OPS[layer.op].cpu_why)} for layer in q.graph.layers
-                    if layer.op not in CONVS]
+                    if layer.op not in CONVS and layer.name not in listed]
     (folder / GRAPH).write_text(json.dumps(q.graph.to_json(), indent=1) + "\n")
     buf = io.BytesIO()
     np.savez(buf, **q.arrays)
