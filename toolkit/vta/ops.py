@@ -395,7 +395,7 @@ class SpaceToDepth(Op):
 
     name = "space_to_depth"
     attrs = {"block": "int", "pad": "pad", "size": "pair", "channels": "int"}
-    cpu_why = "a layout change for the conv after it (pixel blocks become channels; no arithmetic)"
+    cpu_why = "a layout change for the conv after it (no arithmetic)"
 
     def check(self, attrs: dict[str, Any]) -> str | None:
         return None if attrs["block"] in (1, 2) and attrs["channels"] >= 1 else "a bad block or channel count"

@@ -126,10 +126,12 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
             continue
         if plan.workload not in (None, wl):      # the space-to-depth rewrite the plan chose
             s2d = rewrite_space_to_depth(q, layer, plan.workload)
+            to = plan.workload
+            how = (f"{wl.ci} channels padded to {to.ci}" if wl.sh == 1 else
+                   f"{wl.ci} channels on {wl.h}x{wl.w}, stride {wl.sh}, become {to.ci} on {to.h}x{to.w}, stride 1")
             layers_info.append({"layer": s2d.name, "op": s2d.op, "device": "cpu", "why": (
-                f"{OPS[s2d.op].cpu_why}: {layer.name}'s {wl.ci} channels on a {wl.h}x{wl.w} grid, stride {wl.sh}, "
-                f"become {plan.workload.ci} on {plan.workload.h}x{plan.workload.w}, stride 1; VTA computes "
-                f"{plan.workload.macs / wl.macs:.2f}x the conv's multiply-adds")})
+                f"{OPS[s2d.op].cpu_why}: {layer.name}'s {how}; VTA computes {to.macs / wl.macs:.2f}x the conv's "
+                "multiply-adds")})
             wl = conv_workload(q, layer)
         OPS[layer.op].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
         if progress is not None:
