@@ -108,6 +108,7 @@ def _epilogue_effect(export: Path, log: Path | None) -> dict[str, Any]:
     from toolkit.vta.config import VTAConfig
     from toolkit.vta.errors import VTAError
     from toolkit.vta.graph import Graph
+    from toolkit.vta.ops import CONVS
     from toolkit.vta.sim import simulate
     from toolkit.workloads import Conv2dWorkload, parse_spec
 
@@ -116,7 +117,7 @@ def _epilogue_effect(export: Path, log: Path | None) -> dict[str, Any]:
     graph = Graph.from_json(json.loads((export / "graph.json").read_text()))
     plain = model = 0.0
     for layer in ex.manifest.model["vta_layers"]:
-        if layer["device"] != "vta":
+        if layer["device"] != "vta" or layer["op"] not in CONVS:
             continue
         conv = next(c for c in ex.manifest.model["convs"] if c["kernel"] == layer["layer"])
         wl, ep = parse_spec(conv["workload"]), epilogue(graph.layer(layer["layer"]))

@@ -14,6 +14,7 @@ from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.graph import INPUT, Graph, Layer, check_arrays, execute
 from toolkit.vta.ops import OPS
+from toolkit.vta.pooling import Pooling, compile_maxpool
 from toolkit.vta.quantize import FloatModel, fuse_residuals, quantize, run_float
 from toolkit.workloads import parse_workload
 
@@ -101,6 +102,13 @@ def fused_package(x: np.ndarray):
         ep = epilogue(layer)
         programs[name] = compile_conv2d(wl, default_config(wl, HW, **ep).values, HW, **ep).program.to_bytes()
     assert stored["c2.ident"].shape == (1, 1, 1, 1, 16, 16)
+    # and a max pooling on VTA (its input, the block's output, is non-negative) before the global pooling
+    pool = Layer("m", "maxpool", ["c2"], attrs={"kernel": [3, 3], "stride": [2, 2], "pad": [1, 1]})
+    q.graph.layers.insert(len(q.graph.layers) - 1, pool)
+    q.graph.layers[-1].inputs = ["m"]
+    OPS["maxpool"].to_vta(pool, stored, HW, batch=1)
+    q.arrays["m.ident"] = stored["m.ident"]
+    programs["m"] = compile_maxpool(Pooling((1, C, 8, 8), (3, 3), (2, 2), (1, 1)), HW).to_bytes()
     return q, to_package(q.graph, stored, programs, HW.to_json())
 
 
@@ -119,7 +127,7 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
         return res.outputs["out"], res.seconds
 
     outputs, _, digests = run_package(package, x, run_program)
-    assert ["bias", "ident", "inp", "res", "wgt"] in calls
+    assert ["bias", "ident", "inp", "res", "wgt"] in calls and ["ident", "inp"] in calls      # the pool
     for i in range(6):
         reference = execute(q.graph, q.arrays, x[i:i + 1])
         assert digests[i] == tensor_digests(reference, HW)

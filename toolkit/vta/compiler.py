@@ -152,7 +152,7 @@ def tvm_compat_violation(workload: Conv2dWorkload, config: dict[str, Any], hw: V
 # --------------------------------------------------------------------------------------------------
 # the runtime's instruction queue
 # --------------------------------------------------------------------------------------------------
-class _Queue:
+class InsnQueue:
     """Instruction list with ``InsnQueue``'s dependency-token bookkeeping and ``UopQueue``'s cache."""
 
     def __init__(self, hw: VTAConfig, uop_base: int) -> None:
@@ -509,7 +509,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         base["res"] = regions["res"].offset // hw.inp_elem_bytes
         base["ident"] = regions["ident"].offset // hw.wgt_elem_bytes
     checks.field("dram_base", regions["uop"].offset // hw.uop_bytes + len(uops), DRAM_ADDR_BITS)
-    q = _Queue(hw, regions["uop"].offset // hw.uop_bytes)
+    q = InsnQueue(hw, regions["uop"].offset // hw.uop_bytes)
 
     th, tw, tci, tco = sch.th[1], sch.tw[1], sch.tci[1], sch.tco[1]
     h_ext, w_ext = plan["h_ext"], plan["w_ext"]
@@ -692,7 +692,7 @@ _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _ADDR = ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad0", "y_pad1", "x_pad0", "x_pad1")
 
 
-def _emit_all(q: _Queue, outer: list[tuple], emit_iteration, tile_mem, full: list[bool]) -> None:
+def _emit_all(q: InsnQueue, outer: list[tuple], emit_iteration, tile_mem, full: list[bool]) -> None:
     """Emit every outer iteration through the runtime emulation, except that an iteration with all
     threads busy (``full``) that follows another such iteration is cloned from the steady-state
     iteration with its DMA addresses patched (identical result, several times faster).

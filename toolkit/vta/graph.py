@@ -182,7 +182,8 @@ def execute(graph: Graph, arrays: dict[str, np.ndarray], x: np.ndarray, *, vta: 
 
             packed = [a.data if a.packed else pack_input(a.data, hw) for a in args]
             out, seconds[layer.name] = vta(layer, packed)
-            tensors[layer.name] = Tensor(out, layer.attrs["exp"], packed=True)
+            exp = layer.attrs["exp"] if "exp" in OPS[layer.op].attrs else args[0].exp    # pooling keeps the scale
+            tensors[layer.name] = Tensor(out, exp, packed=True)
             continue
         t0 = clock()
         tensors[layer.name] = OPS[layer.op].run(layer, [Tensor(a.nchw(hw), a.exp) if a.packed else a for a in args],

@@ -281,11 +281,8 @@ class ConvAdd(Conv):
 
     def to_vta(self, layer: Layer, arrays: dict[str, np.ndarray], hw: Any, batch: int) -> None:
         """The conv's packed arrays and the residual's weight block ``2**scale * I``."""
-        from toolkit.vta.reference import pack_weight
-
         super().to_vta(layer, arrays, hw, batch)
-        eye = np.eye(hw.block_out, hw.block_in, dtype=np.int8) * np.int8(1 << layer.attrs["scale"])
-        arrays[f"{layer.name}.ident"] = pack_weight(eye.reshape(hw.block_out, hw.block_in, 1, 1), hw)
+        arrays[f"{layer.name}.ident"] = identity_block(hw, layer.attrs["scale"])
 
     def vta_arrays(self, layer: Layer, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {**super().vta_arrays(layer, arrays), "ident": arrays[f"{layer.name}.ident"]}
@@ -360,10 +357,14 @@ class Relu(Op):
 
 
 class MaxPool(Op):
-    """Max pooling (floor mode), padding at the type's lowest value; the scale is kept."""
+    """Max pooling (floor mode), padding at the type's lowest value; the scale is kept. On VTA
+    (:mod:`toolkit.vta.pooling`) for a non-negative input: the identity block copies it into the accumulator,
+    ALU ``MAX`` takes each window position."""
 
     name = "maxpool"
-    cpu_why = "no VTA lowering yet (ALU MAX over the window)"
+    devices = ("cpu", "vta")
+    cpu_why = ("its input may be negative (VTA pools from zero, with zero padding) or its channels do not fill "
+               "VTA's blocks")
     attrs = {"kernel": "pair", "stride": "pair", "pad": "pad"}
 
     def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
@@ -371,7 +372,20 @@ class MaxPool(Op):
         (kh, kw), (ph, pw) = at["kernel"], at["pad"]
         if len(s) != 4 or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
             raise ExportError(f"layer {layer.name}: pooling window larger than its input; re-export the model")
+        if layer.device == "vta":
+            ident = need_array(arrays, f"{layer.name}.ident", "int8", 6)
+            if ident.shape[:4] != (1, 1, 1, 1) or ident.shape[4] != ident.shape[5]:
+                raise ExportError(f"layer {layer.name}: its identity block {list(ident.shape)} is not one square "
+                                  "block; re-export the model")
         return window_shape(s, at["kernel"], at["stride"], at["pad"])
+
+    def to_vta(self, layer: Layer, arrays: dict[str, np.ndarray], hw: Any, batch: int) -> None:
+        """The identity block that copies the input into the accumulator."""
+        arrays[f"{layer.name}.ident"] = identity_block(hw, 0)
+        layer.device = "vta"
+
+    def vta_arrays(self, layer: Layer, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"ident": arrays[f"{layer.name}.ident"]}
 
     def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
              ) -> tuple[int, int]:
@@ -529,6 +543,15 @@ def maxpool(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pad
         for j in range(kw):
             np.maximum(out, xp[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw], out=out)
     return out
+
+
+def identity_block(hw: Any, scale: int) -> np.ndarray:
+    """VTA's weight block ``2**scale * I``, packed ``(1, 1, 1, 1, BO, BI)``: a GEMM with it adds an int8 input tile
+    into the accumulator, scaled."""
+    from toolkit.vta.reference import pack_weight
+
+    eye = np.eye(hw.block_out, hw.block_in, dtype=np.int8) * np.int8(1 << scale)
+    return pack_weight(eye.reshape(hw.block_out, hw.block_in, 1, 1), hw)
 
 
 def space_to_depth(x: np.ndarray, block: int, pad: tuple[int, int], size: tuple[int, int], channels: int

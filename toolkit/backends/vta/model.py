@@ -76,6 +76,21 @@ def epilogue(layer: Layer) -> dict[str, Any]:
     return out
 
 
+def _pools_on_vta(q: Any, layer: Layer, hw: VTAConfig) -> bool:
+    """Whether max pooling ``layer`` runs on VTA: its int8 input is non-negative (made by a ReLU, or pooled from
+    such a tensor) and its batch and channels fill VTA's blocks."""
+    n, c = q.shapes[layer.inputs[0]][:2]
+    src = layer.inputs[0]
+    while True:
+        prev = next((x for x in q.graph.layers if x.name == src), None)
+        if prev is None or q.exps.get(src) is None:
+            return False
+        if prev.op != "maxpool":
+            break
+        src = prev.inputs[0]
+    return (prev.op == "relu" or prev.attrs.get("relu") is True) and n % hw.batch == 0 and c % hw.block_in == 0
+
+
 def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
                       calibration: np.ndarray | None = None, progress: Any = None) -> ModelBuild:
     """Quantise ``program`` on ``calibration`` (``None``: :data:`CALIBRATION_SYNTHETIC` synthetic inputs) and
@@ -85,6 +100,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
     from toolkit.vta.from_torch import float_graph
+    from toolkit.vta.pooling import Pooling, compile_maxpool
     from toolkit.vta.quantize import conv_workload, fuse_residuals, quantize, rewrite_space_to_depth, vta_refusal
 
     hw = get_preset(profile.vta["preset"])
@@ -155,6 +171,21 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
                             "config": config.values, "note": why,
                             "instructions": len(compiled.program.insns),
                             **({"why": "the residual add, inside its conv's program"} if "residual" in ep else {})})
+    for layer in q.graph.layers:
+        if layer.op == "maxpool" and _pools_on_vta(q, layer, hw):
+            OPS["maxpool"].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
+            a = layer.attrs
+            program = compile_maxpool(Pooling(q.shapes[layer.inputs[0]], tuple(a["kernel"]), tuple(a["stride"]),
+                                              tuple(a["pad"])), hw)
+            rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
+            if rel in files.values():
+                raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
+            (folder / rel).write_bytes(program.to_bytes())
+            files[f"program:{layer.name}"] = rel
+            layers_info.append({"layer": layer.name, "op": "maxpool", "device": "vta", "program": rel,
+                                "instructions": len(program.insns),
+                                "why": "ALU MAX over the window (its input is non-negative: pooling from zero, with "
+                                       "zero padding, is exact)"})
     listed = {i["layer"] for i in layers_info}
     layers_info += [{"layer": layer.name, "op": layer.op, "device": "cpu",
                      "why": unfused.get(layer.name, OPS[layer.op].cpu_why)} for layer in q.graph.layers
@@ -164,10 +195,11 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     np.savez(buf, **q.arrays)
     (folder / WEIGHTS).write_bytes(buf.getvalue())
     on_vta = sum(1 for i in layers_info if i["op"] in CONVS and i["device"] == "vta")
+    pools = sum(1 for i in layers_info if i["op"] == "maxpool" and i["device"] == "vta")
     extra = {"calibration": calib_info, "vta_layers": layers_info,
              "params": f"int8 weights and int32 biases in {WEIGHTS} (a VTA layer's packed in VTA's layout); {on_vta} "
-                       f"of {len(conv_layers)} convs are VTA programs in {PROGRAMS}/, the other layers run in numpy "
-                       "on the board's CPU"}
+                       f"of {len(conv_layers)} convs and {pools} max pooling layers are VTA programs in {PROGRAMS}/, "
+                       "the other layers run in numpy on the board's CPU"}
     return ModelBuild(files, extra)
 
 
