@@ -8,9 +8,9 @@ For each VTA preset (``pynq``: board ``vta-fsim``; ``zcu102``: ``vta-fsim --vta-
 
 * **TVM fallback**: every VTA conv compiled with AutoTVM's config 0 (what TVM's VTA flow runs for a conv without a
   tophub or log record) and the model's epilogue, its time from the simulator's timing model;
-* **edgetune untuned**: ``export --model`` with no log, then ``run`` on five inputs (convs and residual adds on VTA
-  in the simulator, the first conv's space-to-depth, pooling and the classifier in numpy on this host), checked
-  bit for bit and against PyTorch;
+* **edgetune untuned**: ``export --model`` with no log, then ``run`` on five inputs (convs, residual adds and max
+  pooling on VTA in the simulator, the first conv's space-to-depth, global pooling and the classifier in numpy on
+  this host), checked bit for bit and against PyTorch;
 * **edgetune tuned**: ``tune --model`` with the default tuner, ``--trials-per-task`` trials per VTA conv shape (the
   log under ``bench/out/vta_model/``, reused when present), then ``export --model --log`` and ``run``.
 
@@ -214,9 +214,9 @@ def _markdown(results: dict[str, Any]) -> str:
              f"Machine: {env['machine']}; {env['date']}; edgetune {env['edgetune']}. Command: `{env['command']}`. "
              "ResNet-18 (built-in, seeded random weights), batch 1, 224x224, int8 with per-tensor power-of-two "
              "scales calibrated on 16 synthetic inputs. VTA: the simulator's modelled device time (docs/vta.md); "
-             "CPU: the layers VTA does not run (the first conv's space-to-depth rearrangement, max pooling, global "
-             "pooling, the classifier; the 8 residual adds run inside their convs' VTA programs) in numpy, "
-             "measured on this "
+             "CPU: the layers VTA does not run (the first conv's space-to-depth rearrangement, global pooling, the "
+             "classifier; the 8 residual adds run inside their convs' VTA programs, max pooling is a VTA program) "
+             "in numpy, measured on this "
              "x86 host, not on the board's ARM cores. Every run is bit-exact with the int8 reference and checked "
              "against PyTorch (top-1, cosine).", "",
              "| VTA config | variant | VTA ms | CPU ms | latency ms | VTA speed-up vs TVM fallback | CPU share: "
