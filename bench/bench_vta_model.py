@@ -201,7 +201,10 @@ def _cpu_by_op(results: dict[str, Any]) -> list[str]:
                                                                           key=lambda kv: -kv[1])))
     if not lines:
         return []
-    return ["", f"Targets: at most {TARGETS['pynq_ms']:.0f} ms end to end on the Pynq preset (modelled VTA time plus "
+    return ["", "Anchors: TVM's VTA flow ran ResNet-18 on a Pynq-Z1 in 0.42 s per image (ReQuEST at ASPLOS'18, the "
+            "first conv and the classifier on the CPU); the physical floor of the Pynq preset is about 3.6 G ops at "
+            "51.2 G ops/s, 70 ms. The previous rows are the run before this one, as its results.json kept them.", "",
+            f"Targets: at most {TARGETS['pynq_ms']:.0f} ms end to end on the Pynq preset (modelled VTA time plus "
             f"the board's CPU), at most {TARGETS['macs']:.0%} of the multiply-adds and "
             f"{TARGETS['elementwise']:.0%} of the elementwise operations left to the CPU (counted per op: a conv's "
             "multiply-adds and requantisation, an add's, a pooling window's comparisons). The CPU time by op, on this "
@@ -238,6 +241,18 @@ def _markdown(results: dict[str, Any]) -> str:
         if e and "skipped" not in e:
             lines.append(f"| {preset} | edgetune tuned, on an emulated ZCU102 (aarch64 under qemu-user) | "
                          f"{e['vta_ms']:.1f} | {e['cpu_ms']:.1f} | {e['latency_ms']:.1f} | - | - | - | - |")
+    prev = results.get("previous")
+    if prev:
+        for preset, r in prev["presets"].items():
+            for variant in ("untuned", "tuned"):
+                v = r.get(variant)
+                if v is not None:
+                    lines.append(f"| {preset} | previous run ({prev['date']}): {variant} | {v['vta_ms']:.1f} | "
+                                 f"{v['cpu_ms']:.1f} | {v['latency_ms']:.1f} | - | {_share(v)} | - | - |")
+            e = r.get("emulated")
+            if e and "skipped" not in e:
+                lines.append(f"| {preset} | previous run ({prev['date']}): tuned, on an emulated ZCU102 | "
+                             f"{e['vta_ms']:.1f} | {e['cpu_ms']:.1f} | {e['latency_ms']:.1f} | - | - | - | - |")
     fell = {p: r["tuned"]["fell_back"] for p, r in results["presets"].items() if r.get("tuned")}
     lines += ["", "All 20 of ResNet-18's convs run on VTA, the first (3 input channels, 7x7, stride 2) as its "
               "space-to-depth rewrite (16 channels on 115x115, 4x4, stride 1: 1.74x its multiply-adds). The tuned "
@@ -264,6 +279,18 @@ def _markdown(results: dict[str, Any]) -> str:
                       f"({(e['model_ms'] / e['plain_ms'] - 1) * 100:+.1f} %); of the log's {e['valid_records']} valid "
                       f"records, {e['unfit_with_bias']} do not fit once the bias takes accumulator room.", ""]
     return "\n".join(lines)
+
+
+def previous_run(path: Path) -> dict[str, Any] | None:
+    """The figures of the run whose results are at ``path`` (its date and, per preset, each export's times, CPU work
+    and emulated run), shown beside the new run's; ``None`` without one."""
+    if not path.exists():
+        return None
+    old = json.loads(path.read_text())
+    keep = ("vta_ms", "cpu_ms", "latency_ms", "cpu_work")
+    return {"date": old["environment"]["date"], "presets": {
+        preset: {k: {f: v[f] for f in keep if f in v} for k, v in r.items() if k in ("untuned", "tuned", "emulated")
+                 and isinstance(v, dict)} for preset, r in old["presets"].items()}}
 
 
 def main() -> None:
@@ -297,6 +324,7 @@ def main() -> None:
             r["emulated"] = _emulated(ROOT / r["tuned"]["export"])
             print(f"{preset}: emulated board {r['emulated']}", flush=True)
         results["presets"][preset] = r
+    results["previous"] = previous_run(OUT / "results.json")
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     if args.write_docs:
         write_doc_section(DOC, SECTION, _markdown(results))
