@@ -363,8 +363,7 @@ class MaxPool(Op):
 
     name = "maxpool"
     devices = ("cpu", "vta")
-    cpu_why = ("its input may be negative (VTA pools from zero, with zero padding) or its channels do not fill "
-               "VTA's blocks")
+    cpu_why = "VTA's pooling program does not apply (the export says why)"
     attrs = {"kernel": "pair", "stride": "pair", "pad": "pad"}
 
     def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:

@@ -1,9 +1,11 @@
 """Whole models on VTA boards: a PyTorch model quantised to an int8 graph whose convs are VTA programs.
 
 :func:`compile_vta_model` reads the model's float graph (:func:`toolkit.vta.from_torch.float_graph`),
-calibrates and quantises it, compiles every conv VTA can run with its requantisation (bias at the
-accumulator scale, the layer's shift, ReLU or not) under its tuned config or, untuned, the largest tiles
-that fit (:func:`default_config`), and writes the package: ``graph.json`` (the int8 graph),
+calibrates and quantises it, folds residual adds into their convs (:func:`toolkit.vta.quantize.fuse_residuals`),
+compiles every conv VTA can run (a conv of few input channels as its space-to-depth rewrite) with its
+requantisation (bias at the accumulator scale, the layer's shift, ReLU or not, the residual) under its tuned config
+or, untuned, the largest tiles that fit (:func:`default_config`), and every max pooling of a non-negative input
+(:mod:`toolkit.vta.pooling`), and writes the package: ``graph.json`` (the int8 graph),
 ``weights.npz`` (int8 weights, int32 biases, the float32 classifier; no pickles) and
 ``programs/<layer>.vtaprog``. :func:`run_vta_model` loads a package back (every array and program checked)
 and runs it: on ``vta-fsim`` in this process (VTA convs in the simulator, the other layers in numpy), on a
@@ -76,19 +78,35 @@ def epilogue(layer: Layer) -> dict[str, Any]:
     return out
 
 
-def _pools_on_vta(q: Any, layer: Layer, hw: VTAConfig) -> bool:
-    """Whether max pooling ``layer`` runs on VTA: its int8 input is non-negative (made by a ReLU, or pooled from
-    such a tensor) and its batch and channels fill VTA's blocks."""
-    n, c = q.shapes[layer.inputs[0]][:2]
-    src = layer.inputs[0]
-    while True:
-        prev = next((x for x in q.graph.layers if x.name == src), None)
-        if prev is None or q.exps.get(src) is None:
-            return False
-        if prev.op != "maxpool":
-            break
-        src = prev.inputs[0]
-    return (prev.op == "relu" or prev.attrs.get("relu") is True) and n % hw.batch == 0 and c % hw.block_in == 0
+def _maxpool_program(q: Any, layer: Layer, hw: VTAConfig) -> tuple[Any, str]:
+    """Max pooling ``layer``'s VTA program, or ``None`` and why it stays on the CPU: VTA pools a non-negative int8
+    input (made by a ReLU, or pooled from such a tensor) whose batch and channels fill its blocks."""
+    from toolkit.vta.errors import VTAError
+    from toolkit.vta.pooling import Pooling, compile_maxpool
+
+    shape, src = q.shapes[layer.inputs[0]], layer.inputs[0]
+    prev = next((x for x in q.graph.layers if x.name == src), None)
+    while prev is not None and prev.op == "maxpool":
+        prev = next((x for x in q.graph.layers if x.name == prev.inputs[0]), None)
+    if prev is None or q.exps.get(src) is None or not (prev.op == "relu" or prev.attrs.get("relu") is True):
+        return None, "its input may be negative (VTA pools from zero, with zero padding)"
+    if shape[0] % hw.batch or shape[1] % hw.block_in:
+        return None, f"its batch or channels ({shape[0]}, {shape[1]}) do not fill VTA's blocks"
+    a = layer.attrs
+    try:
+        return compile_maxpool(Pooling(shape, tuple(a["kernel"]), tuple(a["stride"]), tuple(a["pad"])), hw), ""
+    except VTAError as exc:
+        return None, f"no VTA program fits it ({exc})"
+
+
+def _write_program(folder: Path, files: dict[str, str], layer: Layer, program: Any) -> str:
+    """Write a VTA layer's program into the package and list it; its path in the package."""
+    rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
+    if rel in files.values():
+        raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
+    (folder / rel).write_bytes(program.to_bytes())
+    files[f"program:{layer.name}"] = rel
+    return rel
 
 
 def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
@@ -100,7 +118,6 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     from toolkit.vta.compiler import compile_conv2d
     from toolkit.vta.errors import VTAError
     from toolkit.vta.from_torch import float_graph
-    from toolkit.vta.pooling import Pooling, compile_maxpool
     from toolkit.vta.quantize import conv_workload, fuse_residuals, quantize, rewrite_space_to_depth, vta_refusal
 
     hw = get_preset(profile.vta["preset"])
@@ -161,34 +178,26 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
             fits = "the bias and residual" if "residual" in ep else "the bias"
             why = f"config #{config.index} (largest tiles that fit): the tuned one does not fit {fits} ({exc})"
             compiled = compile_conv2d(wl, config.values, hw, **ep)
-        rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
-        if rel in files.values():
-            raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
-        (folder / rel).write_bytes(compiled.program.to_bytes())
-        files[f"program:{layer.name}"] = rel
+        rel = _write_program(folder, files, layer, compiled.program)
         layers_info.append({"layer": layer.name, "op": layer.op, "device": "vta", "program": rel,
                             "config_index": config.index,
                             "config": config.values, "note": why,
                             "instructions": len(compiled.program.insns),
                             **({"why": "the residual add, inside its conv's program"} if "residual" in ep else {})})
-    for layer in q.graph.layers:
-        if layer.op == "maxpool" and _pools_on_vta(q, layer, hw):
+    pool_why = {}
+    for layer in (x for x in q.graph.layers if x.op == "maxpool"):
+        program, pool_why[layer.name] = _maxpool_program(q, layer, hw)
+        if program is not None:
             OPS["maxpool"].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
-            a = layer.attrs
-            program = compile_maxpool(Pooling(q.shapes[layer.inputs[0]], tuple(a["kernel"]), tuple(a["stride"]),
-                                              tuple(a["pad"])), hw)
-            rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
-            if rel in files.values():
-                raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
-            (folder / rel).write_bytes(program.to_bytes())
-            files[f"program:{layer.name}"] = rel
-            layers_info.append({"layer": layer.name, "op": "maxpool", "device": "vta", "program": rel,
+            layers_info.append({"layer": layer.name, "op": "maxpool", "device": "vta",
+                                "program": _write_program(folder, files, layer, program),
                                 "instructions": len(program.insns),
                                 "why": "ALU MAX over the window (its input is non-negative: pooling from zero, with "
                                        "zero padding, is exact)"})
     listed = {i["layer"] for i in layers_info}
     layers_info += [{"layer": layer.name, "op": layer.op, "device": "cpu",
-                     "why": unfused.get(layer.name, OPS[layer.op].cpu_why)} for layer in q.graph.layers
+                     "why": unfused.get(layer.name) or pool_why.get(layer.name) or OPS[layer.op].cpu_why}
+                    for layer in q.graph.layers
                     if layer.op not in CONVS and layer.name not in listed]
     (folder / GRAPH).write_text(json.dumps(q.graph.to_json(), indent=1) + "\n")
     buf = io.BytesIO()
