@@ -82,8 +82,7 @@ def test_adds_that_cannot_be_fused_stay_adds():
     q.graph.layer("a").attrs["exp"] -= 20                  # an output 2**20 coarser than its operands
     assert "need a shift of" in fuse_residuals(q)["a"]
     q = quantize(block(False), x)
-    q.graph.layer("c2").attrs["shift"] -= 12               # an accumulator coarser than the residual
-    q.graph.layer("c2").attrs["exp"] -= 12
+    q.exps[INPUT] += 24                                    # a residual finer than the conv's accumulator
     assert fuse_residuals(q) == {"a": "its residual is finer than the conv's accumulator"}
 
 
@@ -127,7 +126,7 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
         return res.outputs["out"], res.seconds
 
     outputs, _, digests = run_package(package, x, run_program)
-    assert ["bias", "ident", "inp", "res", "wgt"] in calls and ["ident", "inp"] in calls      # the pool
+    assert any({"bias", "ident", "inp", "res", "wgt"} <= set(c) for c in calls) and ["ident", "inp"] in calls
     for i in range(6):
         reference = execute(q.graph, q.arrays, x[i:i + 1])
         assert digests[i] == tensor_digests(reference, HW)

@@ -10,7 +10,7 @@ import pytest
 
 from toolkit.errors import ExportError
 from toolkit.vta.graph import INPUT, Graph, Layer, check_arrays
-from toolkit.vta.ops import ACC_EXP_MAX, OPS, Tensor, exponent
+from toolkit.vta.ops import ACC_EXP_MAX, OPS, PER_CHANNEL, Tensor, conv_shift, exponent
 from toolkit.vta.quantize import FloatModel, quantize, run_float
 
 RNG = np.random.default_rng(0)
@@ -81,9 +81,10 @@ def test_a_conv_keeps_its_bias_within_int32_and_its_shift_within_the_alu():
         q = Layer("c", "conv", [INPUT], attrs=dict(layer.attrs))
         arrays: dict[str, np.ndarray] = {}
         eo = OPS["conv"].quantize(q, [ein], peak, big, arrays)
-        assert 0 <= q.attrs["shift"] <= 31 and eo == q.attrs["exp"]
+        shifts = np.atleast_1d(conv_shift(q, arrays))
+        assert np.all((0 <= shifts) & (shifts <= 31)) and eo == q.attrs["exp"]
         assert np.all(np.abs(arrays["c.bias"].astype(np.int64)) < 2 ** 31)
-        assert ein + (eo + q.attrs["shift"] - ein) <= ACC_EXP_MAX    # the accumulator exponent
+        assert np.all(eo + shifts <= ACC_EXP_MAX)     # the accumulator exponent
     with pytest.raises(ExportError, match="after the model left int8"):
         OPS["conv"].quantize(Layer("c", "conv", [INPUT], attrs=dict(layer.attrs)), [None], 1.0, floats, {})
 
@@ -94,8 +95,35 @@ def test_the_rounding_offset_is_folded_into_the_bias():
     q = Layer("c", "conv", [INPUT], attrs=dict(layer.attrs))
     arrays: dict[str, np.ndarray] = {}
     OPS["conv"].quantize(q, [6], 4.0, zero, arrays)
-    shift = q.attrs["shift"]
-    assert shift > 0 and np.all(arrays["c.bias"] == 1 << (shift - 1))
+    shift = conv_shift(q, arrays)
+    assert np.all(shift > 0) and np.all(arrays["c.bias"] == np.left_shift(1, shift - 1))
+
+
+def test_weights_take_per_channel_exponents_where_a_channel_is_small():
+    """Channels 4x smaller than the largest get two more bits each (their own shift, the same output scale), and
+    the conv's error shrinks; a conv whose channels all take the same exponent keeps one shift."""
+    from toolkit.vta.graph import execute
+
+    layer, floats, _ = LAYERS["conv"]
+    w = floats["c.weight"] / np.max(np.abs(floats["c.weight"]), axis=(1, 2, 3), keepdims=True) * 0.9
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    errors = {}
+    for name, weight in (("one shift", w), ("per channel", w * np.where(np.arange(16) < 8, 1.0, 0.25)
+                                                             .reshape(-1, 1, 1, 1).astype(np.float32))):
+        model = dict(floats, **{"c.weight": weight.astype(np.float32)})
+        q = Layer("c", "conv", [INPUT], attrs=dict(layer.attrs))
+        arrays: dict[str, np.ndarray] = {}
+        want = OPS["conv"].run_float(q, [x], model)
+        OPS["conv"].quantize(q, [5], float(np.max(np.abs(want))), model, arrays)
+        graph = Graph((1, 8, 6, 6), 5, [q], ["c"])
+        assert check_arrays(graph, arrays)["c"] == (1, 16, 6, 6)
+        errors[name] = float(np.mean(np.abs(execute(graph, arrays, x).outputs[0] - want))) / float(np.std(want))
+        if name == "one shift":
+            assert q.attrs["shift"] != PER_CHANNEL and "c.shift" not in arrays
+        else:
+            assert q.attrs["shift"] == PER_CHANNEL and sorted(set(arrays["c.shift"].tolist()))[1:] == \
+                [sorted(set(arrays["c.shift"].tolist()))[0] + 2]
+    assert errors["per channel"] < 0.05 and errors["one shift"] < 0.05
 
 
 def test_an_add_keeps_the_finer_input_scale_unless_its_sum_overflows():

@@ -75,3 +75,41 @@ def test_a_residual_the_isa_cannot_hold_is_refused(res, what):
     cfg = vta_conv2d_space(wl, hw).get(0).values
     with pytest.raises(FieldWidthError, match=what):
         compile_conv2d(wl, cfg, hw, bias=True, acc_bias=True, residual=res)
+
+
+@pytest.mark.parametrize("preset", ["pynq", "pynq-4x8"])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_per_channel_shifts_equal_the_reference(preset, with_residual):
+    """Each output channel's own shift (the "shift" tensor, loaded after the bias, a tensor-tensor ALU SHR)."""
+    hw = get_preset(preset)
+    wl = parse_workload(f"conv2d:N={hw.batch},H=8,W=8,CI=32,CO=32,K=3,S=1,P=1")
+    rng = np.random.default_rng(7)
+    space = vta_conv2d_space(wl, hw)
+    checked = 0
+    for i in rng.permutation(len(space))[:80]:
+        res = Residual(int(rng.integers(0, 7)), int(rng.integers(0, 6))) if with_residual else None
+        try:
+            c = compile_conv2d(wl, space.get(int(i)).values, hw, bias=True, acc_bias=True, channel_shift=True,
+                               relu=False, residual=res)
+        except VTAError:
+            continue
+        x, w, b = ref.random_inputs(wl, hw, rng, bias=True)
+        shifts = rng.integers(0, 14, wl.co).astype(np.int32)
+        named = {"inp": x, "wgt": w, "bias": b, "shift": ref.pack_bias(shifts, hw, wl.n)}
+        r = rng.integers(-128, 128, size=(wl.n, wl.co, wl.oh, wl.ow), dtype=np.int8)
+        if res is not None:
+            named.update(res=ref.pack_output(r, hw), ident=identity(hw, res.scale))
+        got = simulate(c.program, named).outputs["out"]
+        acc = ref.conv2d_int32(ref.unpack_input(x, hw), ref.unpack_weight(w), (1, 1), (1, 1))
+        if res is None:
+            want = ref.requantize(acc, ref.unpack_bias(b), shifts, relu=False, acc_bias=True)
+        else:
+            acc = ref.shift_right((acc.astype(np.int64) + ref.unpack_bias(b).reshape(1, -1, 1, 1)).astype(np.int32),
+                                  shifts)
+            want = ref.add_residual(acc, r, res.scale, res.post_shift, relu=False)
+        assert np.array_equal(got.reshape(-1), ref.pack_output(want, hw).reshape(-1)), space.get(int(i)).values
+        assert c.program.meta["channel_shift"] is True
+        checked += 1
+        if checked == 5:
+            break
+    assert checked >= 3

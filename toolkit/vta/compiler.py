@@ -291,13 +291,15 @@ class CompiledConv2d:
 
 def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
                    shift: int = 8, relu: bool = True, acc_bias: bool = False, residual: Residual | None = None,
-                   tvm_compat: bool = False) -> CompiledConv2d:
+                   channel_shift: bool = False, tvm_compat: bool = False) -> CompiledConv2d:
     """Compile ``workload`` under schedule ``config`` for ``hw``.
 
     The requantisation: ``out = clip((acc >> shift) + bias, lo, 127)``, or with ``acc_bias``
     ``clip((acc + bias) >> shift, lo, 127)`` (the bias at the accumulator scale); ``lo`` is 0 with ``relu``,
     -128 without. The defaults are the program TVM v0.18's VTA tests build. A ``residual`` adds the "res"
-    tensor before the clip (:class:`Residual`).
+    tensor before the clip (:class:`Residual`). With ``channel_shift`` (and a bias) each output channel has its
+    own shift, the int32 "shift" tensor (packed as the bias), loaded after the bias and applied by a
+    tensor-tensor ALU ``SHR``; ``shift`` is then unused.
 
     Raises a :class:`~toolkit.vta.errors.VTAError` subclass from :mod:`toolkit.vta.checks` for any
     violated limit before emitting, and :class:`TVMCompatError` with ``tvm_compat=True`` for a
@@ -312,29 +314,29 @@ def compile_conv2d(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bia
     if not -(1 << (IMM_BITS - 1)) <= shift < (1 << (IMM_BITS - 1)):
         raise checks.FieldWidthError(f"ALU immediate shift={shift} does not fit int16", resource="alu_imm",
                                      needed=shift, available=(1 << (IMM_BITS - 1)) - 1)
-    if acc_bias and not bias:
-        raise ValueError("acc_bias places a bias; pass bias=True with it")
+    if (acc_bias or channel_shift) and not bias:
+        raise ValueError("acc_bias and channel_shift take a bias; pass bias=True with them")
     if residual is not None:
         residual.check()
-    sch, plan = _checked_plan(wl, cfg, sch, hw, bias, tvm_compat, residual is not None)
-    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift, relu, acc_bias, residual)
+    sch, plan = _checked_plan(wl, cfg, sch, hw, bias, tvm_compat, residual is not None, channel_shift)
+    program, kinds, uop_loaded = _emit(wl, sch, hw, plan, bias, shift, relu, acc_bias, residual, channel_shift)
     plan["uop_load_elems"] = uop_loaded
     features = compile_features(wl, sch, hw, plan, kinds, bias)
     return CompiledConv2d(program, features, wl, cfg, hw, plan)
 
 
 def check_config(workload: Conv2dWorkload, config: dict, hw: VTAConfig, *, bias: bool = False,
-                 tvm_compat: bool = False, residual: bool = False) -> None:
+                 tvm_compat: bool = False, residual: bool = False, channel_shift: bool = False) -> None:
     """Every check of :func:`compile_conv2d` without emitting (fast validity test); raises the same errors."""
     cfg = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in config.items()}
     sch = parse_schedule(workload, cfg, hw)
     cfg.setdefault("tile_b", list(sch.tb))
-    _checked_plan(workload, cfg, sch, hw, bias, tvm_compat, residual)
+    _checked_plan(workload, cfg, sch, hw, bias, tvm_compat, residual, channel_shift)
 
 
 def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, bias: bool, tvm_compat: bool,
-                  residual: bool):
-    plan = _plan(wl, sch, hw, bias, residual)  # hardware limits first, in both modes
+                  residual: bool, channel_shift: bool = False):
+    plan = _plan(wl, sch, hw, bias, residual, channel_shift)  # hardware limits first, in both modes
     if tvm_compat:
         why = tvm_compat_violation(wl, cfg, hw)
         if why:
@@ -346,7 +348,8 @@ def _checked_plan(wl: Conv2dWorkload, cfg: dict, sch: Schedule, hw: VTAConfig, b
 # --------------------------------------------------------------------------------------------------
 # planning: buffers, kernels, DMA shapes and every check
 # --------------------------------------------------------------------------------------------------
-def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual: bool = False) -> dict:
+def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual: bool = False,
+          channel_shift: bool = False) -> dict:
     """Buffers, kernels and DMA shapes. A residual is loaded into the thread's input tile once its last GEMM has
     read it (the tile grows to an output tile if that is larger); the identity takes one weight block after every
     thread's weight tile (shared)."""
@@ -357,7 +360,7 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual
     inp_tile = tci * h_ext * w_ext
     wgt_tile = tco * tci * wl.kh * wl.kw
     out_tile = tco * th * tw
-    acc_tile = out_tile + (tco if bias else 0)
+    acc_tile = out_tile + (tco if bias else 0) + (tco if channel_shift else 0)
     inp_total = max(inp_tile, out_tile) if residual else inp_tile
     checks.capacity([("local.inp_buffer", T * inp_total, hw.inp_depth),
                      ("local.wgt_buffer", T * wgt_tile + residual, hw.wgt_depth),
@@ -382,10 +385,13 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual
             ks["res"] = Kernel.build([(tco, th * tw, th * tw, 0), (th, tw, tw, 0), (tw, 1, 1, 0)],
                                      (ab, ib, T * wgt_tile))
             ks["round"] = ks["shr_post"] = alu
-        if bias:
+        if bias:      # a per-channel tensor (bias, shifts) broadcast over the tile's pixels
             hw_ = th * tw
             loops = [(tco, hw_, 1, 0), (hw_, 1, 0, 0)] if hw_ > 1 else [(tco, 1, 1, 0)]
-            ks["add"] = Kernel.single([lp for lp in loops if lp[0] > 1] or [(1, 0, 0, 0)], ab, ab + out_tile)
+            loops = [lp for lp in loops if lp[0] > 1] or [(1, 0, 0, 0)]
+            ks["add"] = Kernel.single(loops, ab, ab + out_tile)
+            if channel_shift:
+                ks["shr"] = Kernel.single(loops, ab, ab + out_tile + tco)
         kernels.append(ks)
     gemms = [name for name in GEMM_KERNELS if name in kernels[0]]
     for name in gemms:
@@ -469,19 +475,21 @@ def _out_pattern(wl: Conv2dWorkload, tco: int, th: int, tw: int) -> tuple[int, i
 # emission
 # --------------------------------------------------------------------------------------------------
 def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bool, shift: int, relu: bool,
-          acc_bias: bool, residual: Residual | None = None):
+          acc_bias: bool, residual: Residual | None = None, channel_shift: bool = False):
     B, BI, BO = hw.batch, hw.block_in, hw.block_out
     nb, cib, cob = wl.n // B, wl.ci // BI, wl.co // BO
     tensors = [("inp", (nb, cib, wl.h, wl.w, B, BI), "int8"),
                ("wgt", (cob, cib, wl.kh, wl.kw, BO, BI), "int8")]
     if bias:
         tensors.append(("bias", (nb, cob, 1, 1, B, BO), "int32"))
+    if channel_shift:
+        tensors.append(("shift", (nb, cob, 1, 1, B, BO), "int32"))
     if residual is not None:
         tensors += [("res", (nb, cob, wl.oh, wl.ow, B, BO), "int8"), ("ident", (1, 1, 1, 1, BO, BI), "int8")]
     tensors.append(("out", (nb, cob, wl.oh, wl.ow, B, BO), "int8"))
     kernels = plan["kernels"]
     T = sch.threads
-    alu_ops = [(AluOp.SHR, True, shift, "shr")]
+    alu_ops = [(AluOp.SHR, not channel_shift, 0 if channel_shift else shift, "shr")]
     if bias:
         alu_ops.insert(0 if acc_bias else 1, (AluOp.ADD, False, 0, "add"))
     if residual is not None:    # "res" is the GEMM that adds the residual
@@ -505,6 +513,8 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
             "out": regions["out"].offset // hw.out_elem_bytes}
     if bias:
         base["bias"] = regions["bias"].offset // hw.acc_elem_bytes
+    if channel_shift:
+        base["shift"] = regions["shift"].offset // hw.acc_elem_bytes
     if residual is not None:
         base["res"] = regions["res"].offset // hw.inp_elem_bytes
         base["ident"] = regions["ident"].offset // hw.wgt_elem_bytes
@@ -565,6 +575,9 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         if bias:
             for t, h0, co0 in coords:
                 out.append((t * acc_tile + out_tile, base["bias"] + b * cob + co0 * tco, 1, tco, tco, 0, 0, 0, 0))
+                if channel_shift:
+                    out.append((t * acc_tile + out_tile + tco, base["shift"] + b * cob + co0 * tco, 1, tco, tco,
+                                0, 0, 0, 0))
         c_first, xs, xp0, xp1 = col_pads[w0]
         rows = [row_pads[h0] for _, h0, _ in coords]
 
@@ -617,6 +630,8 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
                 q.pop(STORE, COMPUTE)
             if t in on:
                 if bias:
+                    dma(Opcode.LOAD, MemId.ACC, "load_acc")
+                if channel_shift:
                     dma(Opcode.LOAD, MemId.ACC, "load_acc")
                 gemm(t, "reset")
             q.push(COMPUTE, LOAD)
@@ -683,6 +698,8 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
         meta.update(relu=relu, acc_bias=acc_bias)
     if residual is not None:
         meta["residual"] = {"scale": residual.scale, "post_shift": residual.post_shift}
+    if channel_shift:
+        meta["channel_shift"] = True
     return Program(hw, q.insns, uops, regions, meta), q.kinds, q.uop_loaded
 
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from toolkit.errors import ExportError
 from toolkit.vta.layout import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
-from toolkit.vta.reference import add_residual, conv2d_int32, conv2d_sum, requantize, unpack_bias, unpack_weight
+from toolkit.vta.reference import (add_residual, conv2d_int32, conv2d_sum, requantize, shift_right, unpack_bias,
+                                   unpack_weight)
 
 if TYPE_CHECKING:
     from toolkit.vta.graph import Layer
@@ -96,6 +97,18 @@ def conv_arrays(layer: Layer, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray
     """A conv layer's OIHW int8 weights and (CO,) int32 bias, unpacked where they are stored in VTA's layout."""
     w, b = arrays[f"{layer.name}.weight"], arrays[f"{layer.name}.bias"]
     return (unpack_weight(w) if w.ndim == 6 else w), (unpack_bias(b) if b.ndim == 6 else b)
+
+
+PER_CHANNEL = -1
+"""A conv's ``shift`` attribute when each output channel has its own (the ``NAME.shift`` array)."""
+
+
+def conv_shift(layer: Layer, arrays: dict[str, np.ndarray]) -> int | np.ndarray:
+    """A conv layer's right shift: its ``shift`` attribute, or the (CO,) int32 per-channel shifts."""
+    if layer.attrs["shift"] != PER_CHANNEL:
+        return layer.attrs["shift"]
+    s = arrays[f"{layer.name}.shift"]
+    return unpack_bias(s) if s.ndim == 6 else s
 
 
 def _size(shape: Shape) -> int:
@@ -167,7 +180,7 @@ class Conv(Op):
     cpu_why = "its plan keeps it on the CPU (the convs' table says why)"
 
     def check(self, attrs: dict[str, Any]) -> str | None:
-        return None if 0 <= attrs["shift"] <= 31 and attrs["groups"] >= 1 else "a bad shift or groups"
+        return None if PER_CHANNEL <= attrs["shift"] <= 31 and attrs["groups"] >= 1 else "a bad shift or groups"
 
     def shape(self, layer: Layer, shapes: list[Shape], arrays: dict[str, np.ndarray]) -> Shape:
         s, at = shapes[0], layer.attrs
@@ -188,6 +201,11 @@ class Conv(Op):
                 (b.ndim == 1 and b.shape[0] != oihw[0]) or s[2] + 2 * ph < kh or s[3] + 2 * pw < kw:
             raise ExportError(f"layer {layer.name}: weights {list(w.shape)} do not fit its input {list(s)}; "
                               "re-export the model")
+        if at["shift"] == PER_CHANNEL:
+            shifts = need_array(arrays, f"{layer.name}.shift", "int32", b.ndim)
+            if shifts.shape != b.shape or shifts.min() < 0 or shifts.max() > 31:
+                raise ExportError(f"layer {layer.name}: its per-channel shifts are not one in [0, 31] per bias "
+                                  "entry; re-export the model")
         return (s[0], oihw[0], *window_shape(s, (kh, kw), at["stride"], at["pad"])[2:])
 
     def work(self, layer: Layer, shapes: list[Shape], out: Shape, arrays: dict[str, np.ndarray]
@@ -204,16 +222,21 @@ class Conv(Op):
         w, b = conv_arrays(layer, arrays)
         arrays[f"{layer.name}.weight"] = pack_weight(w, hw)
         arrays[f"{layer.name}.bias"] = pack_bias(b, hw, batch=batch)
+        if layer.attrs["shift"] == PER_CHANNEL:
+            arrays[f"{layer.name}.shift"] = pack_bias(conv_shift(layer, arrays), hw, batch=batch)
         layer.device = "vta"
 
     def vta_arrays(self, layer: Layer, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+        named = {"wgt": arrays[f"{layer.name}.weight"], "bias": arrays[f"{layer.name}.bias"]}
+        if layer.attrs["shift"] == PER_CHANNEL:
+            named["shift"] = arrays[f"{layer.name}.shift"]
+        return named
 
     def run(self, layer: Layer, args: list[Tensor], arrays: dict[str, np.ndarray], hw: Any) -> Tensor:
         a = layer.attrs
         w, b = conv_arrays(layer, arrays)
         acc = conv2d_int32(args[0].data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
-        return Tensor(requantize(acc, b, a["shift"], relu=a["relu"], acc_bias=True), a["exp"])
+        return Tensor(requantize(acc, b, conv_shift(layer, arrays), relu=a["relu"], acc_bias=True), a["exp"])
 
     def run_float(self, layer: Layer, args: list[np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:
         a = layer.attrs
@@ -222,25 +245,34 @@ class Conv(Op):
 
     def quantize(self, layer: Layer, exps: list[int | None], peak: float, floats: dict[str, np.ndarray],
                  arrays: dict[str, np.ndarray]) -> int | None:
+        """Weights per tensor, or per output channel where a channel's weights are small enough to take a finer
+        exponent (less rounding, the same output scale; each channel's shift then its own, applied by VTA's ALU
+        from a tensor). Each exponent keeps the bias at the accumulator scale within int32 and the shift <= 31."""
         ein = exps[0]
         if ein is None:
             raise ExportError(f"{layer.name}: a conv after the model left int8 (after pooling to 1x1 or the "
                               "classifier) has no VTA lowering")
         w, b = floats[f"{layer.name}.weight"], floats[f"{layer.name}.bias"]
-        ew = exponent(float(np.max(np.abs(w))))
-        # the bias at the accumulator scale must fit int32 with the rounding offset beside it
-        while ew > -EXP_LIMIT and (ein + ew > ACC_EXP_MAX
-                                   or float(np.max(np.abs(b), initial=0.0)) * 2.0 ** (ein + ew) >= 2 ** 30):
-            ew -= 1
-        eo = min(exponent(peak), ein + ew)       # shift >= 0
-        eo = max(eo, ein + ew - 31)               # shift <= 31
+        co = w.shape[0]
+        peak_w = np.max(np.abs(w.reshape(co, -1)), axis=1)
+        ew = np.array([exponent(float(p)) for p in peak_w], dtype=np.int64)
+        for o in range(co):      # the bias at the accumulator scale must fit int32 with the rounding offset
+            while ew[o] > -EXP_LIMIT and (ein + ew[o] > ACC_EXP_MAX
+                                          or abs(float(b[o])) * 2.0 ** (ein + ew[o]) >= 2 ** 30):
+                ew[o] -= 1
+        eo = min(exponent(peak), int(ew.min()) + ein)    # every shift >= 0
+        eo = max(eo, int(ew.min()) + ein - 31)
+        ew = np.minimum(ew, eo + 31 - ein)               # every shift <= 31
         shift = ein + ew - eo
-        arrays[f"{layer.name}.weight"] = np.clip(np.rint(w.astype(np.float64) * 2.0 ** ew), -127, 127
-                                                 ).astype(np.int8)
-        rounding = (1 << (shift - 1)) if shift > 0 else 0
-        arrays[f"{layer.name}.bias"] = (np.rint(b.astype(np.float64) * 2.0 ** (ein + ew)) + rounding
-                                        ).astype(np.int32)
-        layer.attrs.update(shift=int(shift), exp=int(eo))
+        arrays[f"{layer.name}.weight"] = np.clip(np.rint(w.astype(np.float64) * 2.0 ** ew.reshape(-1, 1, 1, 1)),
+                                                 -127, 127).astype(np.int8)
+        rounding = np.where(shift > 0, 1 << np.maximum(shift - 1, 0), 0)
+        arrays[f"{layer.name}.bias"] = (np.rint(b.astype(np.float64) * 2.0 ** (ein + ew)) + rounding).astype(np.int32)
+        if np.all(shift == shift[0]):
+            layer.attrs.update(shift=int(shift[0]), exp=int(eo))
+        else:
+            arrays[f"{layer.name}.shift"] = shift.astype(np.int32)
+            layer.attrs.update(shift=PER_CHANNEL, exp=int(eo))
         return int(eo)
 
 
@@ -291,7 +323,8 @@ class ConvAdd(Conv):
         a = layer.attrs
         w, b = conv_arrays(layer, arrays)
         acc = conv2d_int32(args[0].data, w, tuple(a["stride"]), tuple(a["pad"]), a["groups"])
-        acc = (acc.astype(np.int64) + b.astype(np.int64).reshape(1, -1, 1, 1)).astype(np.int32) >> np.int32(a["shift"])
+        acc = shift_right((acc.astype(np.int64) + b.astype(np.int64).reshape(1, -1, 1, 1)).astype(np.int32),
+                          conv_shift(layer, arrays))
         return Tensor(add_residual(acc, args[1].data, a["scale"], a["post_shift"], relu=a["relu"]), a["exp"])
 
     def run_float(self, layer: Layer, args: list[np.ndarray], arrays: dict[str, np.ndarray]) -> np.ndarray:

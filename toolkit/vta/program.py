@@ -83,7 +83,8 @@ def region_align(hw: VTAConfig, name: str) -> int:
     """The byte alignment of a region: 256 and a whole number of its DRAM elements (instructions address
     DRAM in elements: a weight element of a 32x32 block is 1024 bytes)."""
     elem = {"inp": hw.inp_elem_bytes, "wgt": hw.wgt_elem_bytes, "bias": hw.acc_elem_bytes, "out": hw.out_elem_bytes,
-            "res": hw.inp_elem_bytes, "ident": hw.wgt_elem_bytes, "uop": hw.uop_bytes}.get(name, 1)
+            "res": hw.inp_elem_bytes, "ident": hw.wgt_elem_bytes, "shift": hw.acc_elem_bytes,
+            "uop": hw.uop_bytes}.get(name, 1)
     return math.lcm(ALIGN, elem)
 
 
@@ -129,8 +130,8 @@ def _region(r: Any) -> Region:
 
 @dataclass
 class Program:
-    """Instructions + micro-ops + DRAM regions ("uop", "inp", "wgt", optional "bias", "res" and "ident", "out") +
-    free metadata."""
+    """Instructions + micro-ops + DRAM regions ("uop", "inp", "wgt", optional "bias", "shift", "res" and "ident",
+    "out") + free metadata."""
 
     hw: VTAConfig
     insns: list[Insn]

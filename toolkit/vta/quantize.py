@@ -19,7 +19,7 @@ import numpy as np
 from toolkit.errors import ExportError
 from toolkit.vta.layout import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
 from toolkit.vta.graph import INPUT, Graph, Layer
-from toolkit.vta.ops import OPS, exponent, oihw_shape
+from toolkit.vta.ops import OPS, PER_CHANNEL, conv_shift, exponent, oihw_shape
 
 
 @dataclass
@@ -109,26 +109,31 @@ def fuse_residuals(q: Quantized) -> dict[str, str]:
             continue
         name = max(convs, key=index.__getitem__)
         conv, other = g.layers[index[name]], add.inputs[1] if add.inputs[0] == name else add.inputs[0]
-        acc = conv.attrs["shift"] + conv.attrs["exp"]
-        scale = min(RESIDUAL_SCALE_MAX, acc - exp[other])
+        old = np.asarray(conv_shift(conv, q.arrays), np.int64)
+        acc = old + conv.attrs["exp"]           # the accumulator's exponent (per channel where the shifts are)
+        scale = min(RESIDUAL_SCALE_MAX, int(acc.min()) - exp[other])
         shift, post = acc - exp[other] - scale, exp[other] + scale - add.attrs["exp"]
         why = next((w for bad, w in (
             (conv.attrs["relu"], f"its conv {name} has a ReLU"),
             (users[name] != 1 or name in g.outputs or other == name, f"its conv {name} has other users"),
             (index.get(other, -1) > index[name], f"its other operand comes after its conv {name}"),
             (scale < 0, "its residual is finer than the conv's accumulator"),
-            (not 0 <= post <= POST_SHIFT_MAX or shift > 31, f"its scales need a shift of {post} (VTA's residual "
-                                                             f"epilogue takes 0 to {POST_SHIFT_MAX})")) if bad), None)
+            (not 0 <= post <= POST_SHIFT_MAX or shift.max() > 31, f"its scales need a shift of {post} (VTA's "
+                                                                   f"residual epilogue takes 0 to {POST_SHIFT_MAX})"))
+            if bad), None)
         if why:
             kept[add.name] = why
             continue
-        bias = q.arrays[f"{name}.bias"].astype(np.int64)
-        old = conv.attrs["shift"]
-        bias += ((1 << (shift - 1)) if shift else 0) - ((1 << (old - 1)) if old else 0)
-        q.arrays[f"{name}.bias"] = bias.astype(np.int32)
+        def rounding(s: np.ndarray) -> np.ndarray:
+            return np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
+
+        q.arrays[f"{name}.bias"] = (q.arrays[f"{name}.bias"].astype(np.int64) + rounding(shift) - rounding(old)
+                                    ).astype(np.int32)
         conv.op, conv.inputs = "conv_add", [conv.inputs[0], other]
-        conv.attrs.update(shift=int(shift), scale=int(scale), post_shift=int(post), relu=add.attrs["relu"],
-                          exp=add.attrs["exp"])
+        if shift.ndim:
+            q.arrays[f"{name}.shift"] = shift.astype(np.int32)
+        conv.attrs.update(shift=PER_CHANNEL if shift.ndim else int(shift), scale=int(scale), post_shift=int(post),
+                          relu=add.attrs["relu"], exp=add.attrs["exp"])
         fused[add.name] = name
     if fused:
         g.layers = [layer for layer in g.layers if layer.name not in fused]

@@ -145,9 +145,10 @@ def conv2d_reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | No
     return requantize(conv2d_int32(data, weight, stride, pad), bias, shift, relu=relu, acc_bias=acc_bias)
 
 
-def requantize(acc: np.ndarray, bias: np.ndarray | None, shift: int, *, relu: bool = True,
+def requantize(acc: np.ndarray, bias: np.ndarray | None, shift: int | np.ndarray, *, relu: bool = True,
                acc_bias: bool = False) -> np.ndarray:
-    """VTA's ALU epilogue on an int32 NCHW accumulator: shift, bias (before or after), MIN 127, MAX 0/-128."""
+    """VTA's ALU epilogue on an int32 NCHW accumulator: shift (one, or one per output channel), bias (before or
+    after), MIN 127, MAX 0/-128."""
     def add(x: np.ndarray) -> np.ndarray:
         if bias is None:
             return x
@@ -155,7 +156,7 @@ def requantize(acc: np.ndarray, bias: np.ndarray | None, shift: int, *, relu: bo
 
     if acc_bias:
         acc = add(acc)
-    acc = acc >> np.int32(shift) if shift >= 0 else (acc << np.int32(-shift))
+    acc = shift_right(acc, shift)
     if not acc_bias:
         acc = add(acc)
     acc = np.minimum(acc, 127)
@@ -170,6 +171,13 @@ def add_residual(acc: np.ndarray, residual: np.ndarray, scale: int, post_shift: 
     if post_shift:
         acc = (acc.astype(np.int64) + (1 << (post_shift - 1))).astype(np.int32) >> np.int32(post_shift)
     return np.maximum(np.minimum(acc, 127), 0 if relu else -128).astype(np.int8)
+
+
+def shift_right(acc: np.ndarray, shift: int | np.ndarray) -> np.ndarray:
+    """VTA's ALU ``SHR`` of an int32 NCHW accumulator by one shift or one per channel (a negative one shifts
+    left)."""
+    s = np.asarray(shift, np.int32).reshape((1, -1, 1, 1) if np.ndim(shift) else ())
+    return np.where(s >= 0, acc >> np.maximum(s, 0), acc << np.maximum(-s, 0)).astype(np.int32)
 
 
 def workload_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,

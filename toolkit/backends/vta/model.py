@@ -31,7 +31,7 @@ from toolkit.manifest import ConvPlan, ModelBuild
 from toolkit.tuning.core.space import Config
 from toolkit.vta.config import VTAConfig, get_preset
 from toolkit.vta.graph import Graph, Layer, check_arrays, execute, tensor_digests
-from toolkit.vta.ops import CONVS, OPS
+from toolkit.vta.ops import CONVS, OPS, PER_CHANNEL
 from toolkit.workloads import Conv2dWorkload
 
 GRAPH = "graph.json"
@@ -68,11 +68,14 @@ def default_config(wl: Conv2dWorkload, hw: VTAConfig, **epilogue: Any) -> Config
 
 def epilogue(layer: Layer) -> dict[str, Any]:
     """A VTA conv layer's requantisation as :func:`~toolkit.vta.compiler.compile_conv2d` takes it: the bias at the
-    accumulator scale, the layer's shift and ReLU, and a residual's scale and shift for a ``conv_add``."""
+    accumulator scale, the layer's shift (or its channels' shifts) and ReLU, and a residual's scale and shift for a
+    ``conv_add``."""
     from toolkit.vta.compiler import Residual
 
     a = layer.attrs
-    out: dict[str, Any] = {"bias": True, "acc_bias": True, "shift": a["shift"], "relu": a["relu"]}
+    per_channel = a["shift"] == PER_CHANNEL
+    out: dict[str, Any] = {"bias": True, "acc_bias": True, "shift": 0 if per_channel else a["shift"],
+                           "channel_shift": per_channel, "relu": a["relu"]}
     if layer.op == "conv_add":
         out["residual"] = Residual(a["scale"], a["post_shift"])
     return out
