@@ -131,9 +131,12 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
         reference = execute(q.graph, q.arrays, x[i:i + 1])
         assert digests[i] == tensor_digests(reference, HW)
         assert np.array_equal(outputs[i][1], reference.outputs[1])
-    package["array:c2.ident"] = np.zeros((1, 1, 1, 1, 8, 16), np.int8)
-    with pytest.raises(ExportError, match="identity block"):
-        run_package(package, x, run_program)
+    for key, bad, words in (("array:c2.ident", np.zeros((1, 1, 1, 1, 8, 16), np.int8), "identity block"),
+                            ("array:c1.shift", np.full((1, 1, 1, 1, 1, 16), 40, np.int32), "shifts are not one in"),
+                            ("array:m.ident", np.zeros((1, 1, 1, 1, 16, 8), np.int8), "not one square block")):
+        tampered = dict(package, **{key: bad})
+        with pytest.raises(ExportError, match=words):
+            run_package(tampered, x, run_program)
 
 
 def test_the_board_runs_a_fused_package_with_the_agents_modules_alone(tmp_path):
