@@ -3,8 +3,8 @@
     python examples/deploy_model_vta.py [--out example-out]
 
 The model (conv + batch-norm + ReLU three times, max pooling, global average pooling, a classifier) is trained
-here for a few seconds, exported for the ``vta-fsim`` board calibrated on 100 held-out images (its convs with
-16-channel multiples become VTA programs, the first conv of one channel stays on the CPU), run on the test
+here for a few seconds, exported for the ``vta-fsim`` board calibrated on 100 held-out images (its convs become
+VTA programs, the first one with its single channel padded to 16, and so does the max pooling), run on the test
 images in the simulator, checked bit for bit against the int8 reference and compared with PyTorch's accuracy.
 """
 

@@ -51,8 +51,8 @@ def test_a_composed_tuner_runs_beside_xgb(tmp_path):
 
 @pytest.mark.slow
 def test_tune_network_gives_every_task_trials_and_a_total(tmp_path):
-    out = _run(tmp_path, "tune_network.py", "--trials", "80", "--out", "o")
-    assert re.search(r"network conv latency [\d.]+ ms after 80 trials", out)
+    out = _run(tmp_path, "tune_network.py", "--trials", "88", "--out", "o")
+    assert re.search(r"network conv latency [\d.]+ ms after 88 trials", out)
     assert " 0 trials" not in out
 
 
@@ -68,4 +68,4 @@ def test_deploy_model_vta_keeps_the_trained_accuracy_in_int8(tmp_path):
     out = _run(tmp_path, "deploy_model_vta.py", "--out", "o")
     fl, q = (float(v) for v in re.search(r"float32 ([\d.]+)%, int8 on VTA ([\d.]+)%", out).groups())
     assert fl > 95 and q >= fl - 1
-    assert "bit-exact with the int8 reference" in out and "conv 0   cpu" in out
+    assert "bit-exact with the int8 reference" in out and "conv 0   fallback" in out

@@ -73,7 +73,7 @@ def network_tasks(network: Network, board: Board, *, first_conv: str = "s2d",
     >>> from toolkit.workloads.networks import get_network
     >>> plan, tasks = network_tasks(get_network("resnet18"), resolve_board("vta-fsim"))
     >>> len(plan.tasks) == len(tasks), tasks[0].workload.label
-    (True, 'resnet18.C2')
+    (True, 'resnet18.C1')
     """
     plan = backend_for(board.profile).plan_network(network, first_conv=first_conv)
     return plan, tasks_of(plan, board, **template_options)
