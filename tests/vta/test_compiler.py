@@ -133,11 +133,11 @@ def test_batch_two_bit_exact():
                                                   "tile_co": [3, 1], "oc_nthread": 2, "h_nthread": 1}, False),
 ])
 def test_cloned_iterations_equal_full_emulation(monkeypatch, layer, cfg, bias):
-    from toolkit.vta import compiler
+    from toolkit.vta import insn_queue
 
     wl = parse_workload(layer if layer.startswith("conv2d") else f"resnet18.{layer}")
     fast = compile_conv2d(wl, cfg, HW, bias=bias)
-    monkeypatch.setattr(compiler, "CLONE_MIN_ITERATIONS", 10**9)
+    monkeypatch.setattr(insn_queue, "CLONE_MIN_ITERATIONS", 10**9)
     slow = compile_conv2d(wl, cfg, HW, bias=bias)
     assert fast.program.insns == slow.program.insns
     assert fast.features == slow.features

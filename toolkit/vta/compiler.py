@@ -23,255 +23,23 @@ instruction for instruction (see ``tests/vta/test_fidelity.py``).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
-
 
 from toolkit.vta import checks
-from toolkit.vta.checks import ScheduleConfigError, TVMCompatError
+from toolkit.vta.checks import TVMCompatError
 from toolkit.vta.config import VTAConfig
-from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemId, MemInsn, Opcode, Uop
-from toolkit.vta.layout import (DRAM_ADDR_BITS, IMM_BITS, LOOP_ITER_BITS, PAD_BITS, POST_SHIFT_MAX,
-                                RESIDUAL_SCALE_MAX, SIZE_BITS, SRAM_ADDR_BITS, STRIDE_BITS)
+from toolkit.vta.insn_queue import COMPUTE, LOAD, STORE, InsnQueue, emit_all
+from toolkit.vta.isa import AluInsn, AluOp, GemmInsn, MemId, Opcode, Uop
+from toolkit.vta.layout import (DRAM_ADDR_BITS, IMM_BITS, LOOP_ITER_BITS, PAD_BITS, SIZE_BITS, SRAM_ADDR_BITS,
+                                STRIDE_BITS)
 from toolkit.vta.program import Program, allocate_regions
+from toolkit.vta.schedule import (Residual as Residual, Schedule, inp_pattern, out_pattern, parse_schedule,
+                                  tvm_compat_violation)
 from toolkit.vta.uops import Kernel, check_hazard
 from toolkit.workloads import Conv2dWorkload
 
-KNOBS = ("tile_b", "tile_h", "tile_w", "tile_ci", "tile_co", "oc_nthread", "h_nthread")
 GEMM_KERNELS = ("reset", "gemm", "res")
 """Micro-op kernels run by GEMM instructions (the others by the ALU)."""
-LOAD, COMPUTE, STORE = 1, 2, 3  # runtime pipeline stages (kLoadStage ...)
-_NONE = 0
-
-
-# --------------------------------------------------------------------------------------------------
-# schedule
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Schedule:
-    """A validated config: ``[outer, inner]`` splits and thread counts."""
-
-    tb: tuple[int, int]
-    th: tuple[int, int]
-    tw: tuple[int, int]
-    tci: tuple[int, int]
-    tco: tuple[int, int]
-    oc_nthread: int
-    h_nthread: int
-
-    @property
-    def threads(self) -> int:
-        return self.oc_nthread * self.h_nthread
-
-
-def parse_schedule(workload: Conv2dWorkload, config: dict[str, Any], hw: VTAConfig) -> Schedule:
-    """Validate ``config`` against ``workload`` (:class:`ScheduleConfigError` names the bad knob)."""
-    wl = workload
-    if not isinstance(config, dict):
-        raise ScheduleConfigError(f"a VTA schedule config is a JSON object with knobs {', '.join(KNOBS)}")
-    unknown = set(config) - set(KNOBS)
-    if unknown:
-        raise ScheduleConfigError(f"unknown knob(s) {sorted(unknown)}; VTA conv2d knobs are {', '.join(KNOBS)}")
-    for what, n, block in (("batch", wl.n, hw.batch), ("CI", wl.ci, hw.block_in), ("CO", wl.co, hw.block_out)):
-        if n % block:
-            raise ScheduleConfigError(f"workload {what}={n} is not a multiple of the VTA block {block}; "
-                                      "pad the layer to a multiple first")
-    lengths = {"tile_b": wl.n // hw.batch, "tile_h": wl.oh, "tile_w": wl.ow,
-               "tile_ci": wl.ci // hw.block_in, "tile_co": wl.co // hw.block_out}
-    splits = {}
-    for knob, length in lengths.items():
-        value = config.get(knob, [length, 1] if knob == "tile_b" else None)
-        if value is None:
-            raise ScheduleConfigError(f"config is missing knob {knob!r} (a split [outer, inner] of {length})")
-        if (not isinstance(value, (list, tuple)) or len(value) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
-            raise ScheduleConfigError(f"knob {knob} must be [outer, inner] positive integers, got {value!r}")
-        if value[0] * value[1] != length:
-            raise ScheduleConfigError(f"knob {knob}={list(value)} does not split {length} "
-                                      f"({value[0]} x {value[1]} != {length})")
-        splits[knob] = (int(value[0]), int(value[1]))
-    threads = {}
-    for knob in ("oc_nthread", "h_nthread"):
-        value = config.get(knob)
-        if value not in (1, 2) or isinstance(value, bool):
-            raise ScheduleConfigError(f"knob {knob} must be 1 or 2, got {value!r}")
-        threads[knob] = int(value)
-    if splits["tile_b"][1] != 1:
-        raise ScheduleConfigError(f"tile_b={list(splits['tile_b'])}: batch tiles of more than one batch block "
-                                  "are not supported (TVM's schedule never applies tile_b); use [N/B, 1]")
-    return Schedule(splits["tile_b"], splits["tile_h"], splits["tile_w"], splits["tile_ci"], splits["tile_co"],
-                    threads["oc_nthread"], threads["h_nthread"])
-
-
-def tvm_compat_violation(workload: Conv2dWorkload, config: dict[str, Any], hw: VTAConfig) -> str | None:
-    """Why TVM v0.18's VTA lowering/runtime cannot build or run ``config`` (a software limit), or None.
-
-    The rule, derived from ``InjectVirtualThread``/``InjectDMAIntrin`` (``vta/python/vta/transform.py``)
-    and the runtime's ``UopKernelMap``:
-
-    * a virtual-thread split that does not divide its axis leaves a guard around each copy
-      ("Cannot match copy pattern");
-    * ``oc_nthread = h_nthread = 2`` makes each micro-op kernel depend on two thread variables, whose
-      signature the runtime rejects ("nbytes == 0 || nbytes == sizeof(int)");
-    * the padded input copy must be exactly ``(rows, columns, block)`` after dropping unit loops:
-      more input-channel blocks per load pad "the innermost block"; fewer loops hit "Limitation of
-      2D pad load";
-    * every other copy (unpadded input, weights, store) must fold into one 2-D DMA
-      (:func:`~toolkit.vta.checks.tvm_2d_dims`), else "cannot detect 2d pattern".
-
-    Capacity and micro-op hazards are hardware limits and are checked in both modes.
-    """
-    wl = workload
-    for knob, length in (("tile_co", wl.co // hw.block_out), ("tile_h", wl.oh)):
-        nthread = config.get("oc_nthread" if knob == "tile_co" else "h_nthread", 1)
-        if config[knob][0] % nthread:
-            return (f"TVM cannot split {knob} outer {config[knob][0]} into {nthread} virtual threads "
-                    "(Cannot match copy pattern)")
-    if config.get("oc_nthread", 1) > 1 and config.get("h_nthread", 1) > 1:
-        return "TVM's runtime rejects micro-op kernels of two virtual-thread axes (nbytes == sizeof(int) check)"
-    tb = config.get("tile_b", [1, 1])
-    if tb[1] != 1:
-        return "TVM's schedule never applies tile_b"
-    th, tw, tci, tco = config["tile_h"][1], config["tile_w"][1], config["tile_ci"][1], config["tile_co"][1]
-    h_ext = (th - 1) * wl.sh + wl.kh
-    w_ext = (tw - 1) * wl.sw + wl.kw
-    if wl.ph or wl.pw:
-        loops = sum(e > 1 for e in (tci, h_ext, w_ext))  # besides the (batch, channel) block
-        if loops < 2:
-            return f"TVM cannot pad a load of {loops + 1} dimensions (Limitation of 2D pad load)"
-        if loops > 2:
-            return "TVM cannot pad an input load of several channel blocks (Do not support pad on the innermost block)"
-    elif checks.tvm_2d_dims([tci, h_ext, w_ext], [wl.h * wl.w, wl.w, 1]) > 2:
-        return "TVM cannot express the input load as one 2-D DMA (Scope[local.inp_buffer]: cannot detect 2d pattern)"
-    if checks.tvm_2d_dims([tco, th, tw], [wl.oh * wl.ow, wl.ow, 1]) > 2:
-        return "TVM cannot express the output store as one 2-D DMA (Scope[local.acc_buffer]: cannot detect 2d pattern)"
-    return None
-
-
-# --------------------------------------------------------------------------------------------------
-# the runtime's instruction queue
-# --------------------------------------------------------------------------------------------------
-class InsnQueue:
-    """Instruction list with ``InsnQueue``'s dependency-token bookkeeping and ``UopQueue``'s cache."""
-
-    def __init__(self, hw: VTAConfig, uop_base: int) -> None:
-        self.insns: list[Insn] = []
-        self.stage = _NONE  # pipeline stage of the last instruction (load NOPs count as none)
-        self.pop_prev = [0, 0, 0, 0]
-        self.pop_next = [0, 0, 0, 0]
-        self.kinds: Counter = Counter()
-        # micro-op cache
-        self.uop_depth = hw.uop_depth
-        self.uop_base = uop_base
-        self.uop_end = 0
-        self.cache: list[list] = []  # [kernel record] in SRAM order; record = [offset, size, begin, end]
-        self.uop_loaded = 0  # micro-ops moved by LOAD UOP
-
-    # -- tokens
-    def _new(self, insn: Insn, stage: int, kind: str) -> Insn:
-        insn.pop_prev = bool(self.pop_prev[stage])
-        insn.pop_next = bool(self.pop_next[stage])
-        self.pop_prev[stage] = self.pop_next[stage] = 0
-        self.insns.append(insn)
-        self.stage = stage
-        self.kinds[kind] += 1
-        return insn
-
-    def noop(self, stage: int, push_prev=False, push_next=False, pop_prev=False, pop_next=False) -> None:
-        if stage == STORE:
-            insn = MemInsn(Opcode.STORE, MemId.OUT, 0, 0, 0, 0, 0)
-            kind = "nop_store"
-        else:
-            insn = MemInsn(Opcode.LOAD, MemId.INP if stage == LOAD else MemId.UOP, 0, 0, 0, 0, 0)
-            kind = "nop_load" if stage == LOAD else "nop_compute"
-        insn.push_prev, insn.push_next, insn.pop_prev, insn.pop_next = push_prev, push_next, pop_prev, pop_next
-        self.insns.append(insn)
-        self.stage = STORE if stage == STORE else _NONE
-        self.kinds[kind] += 1
-
-    def commit(self, stage: int) -> None:
-        if self.pop_prev[stage] or self.pop_next[stage]:
-            self.noop(stage, pop_prev=bool(self.pop_prev[stage]), pop_next=bool(self.pop_next[stage]))
-            self.pop_prev[stage] = self.pop_next[stage] = 0
-
-    def pop(self, frm: int, to: int) -> None:
-        self.kinds["token_pop"] += 1
-        pend = self.pop_prev if frm < to else self.pop_next
-        if pend[to]:
-            self.commit(to)
-        pend[to] = 1
-
-    def push(self, frm: int, to: int) -> None:
-        self.kinds["token_push"] += 1
-        self.commit(frm)
-        if self.insns and self.stage == frm:
-            last = self.insns[-1]
-            if frm < to and not last.push_next:
-                last.push_next = True
-                return
-            if frm > to and not last.push_prev:
-                last.push_prev = True
-                return
-        if frm < to:
-            self.noop(frm, push_next=True)
-        else:
-            self.noop(frm, push_prev=True)
-
-    # -- instructions
-    def mem(self, op: Opcode, mem: MemId, sram: int, dram: int, y: int, x: int, stride: int,
-            pads: tuple[int, int, int, int], kind: str) -> None:
-        stage = STORE if op == Opcode.STORE else (LOAD if mem in (MemId.INP, MemId.WGT) else COMPUTE)
-        self._new(MemInsn(op, mem, sram, dram, y, x, stride, *pads), stage, kind)
-
-    def use_kernel(self, rec: list) -> None:
-        """``UopQueue::Push`` + ``FlushUopLoad``: load the kernel if it is not cached."""
-        offset, size, begin, end = rec
-        if begin != end:
-            return
-        if self.uop_end + size > self.uop_depth:  # the cache wraps: evict everything
-            for r in self.cache:
-                r[2] = r[3] = 0
-            self.cache = []
-            self.uop_end = 0
-        rec[2], rec[3] = self.uop_end, self.uop_end + size
-        # kernels overwritten by this one lose their place
-        for r in self.cache:
-            if r is not rec and r[2] < rec[3] and r[3] > rec[2]:
-                r[2] = r[3] = 0
-        self.cache.append(rec)
-        self.uop_end += size
-        self._new(MemInsn(Opcode.LOAD, MemId.UOP, rec[2], self.uop_base + offset, 1, size, size),
-                  COMPUTE, "load_uop")
-        self.uop_loaded += size
-
-    def finish(self) -> None:
-        """``CommandQueue::Synchronize``."""
-        self.push(STORE, COMPUTE)
-        self.push(LOAD, COMPUTE)
-        self.pop(STORE, COMPUTE)
-        self.pop(LOAD, COMPUTE)
-        self.commit(COMPUTE)
-        self._new(FinishInsn(), COMPUTE, "finish")
-
-
-@dataclass(frozen=True)
-class Residual:
-    """An int8 tensor of the output's shape added inside the conv's program (a residual connection): after
-    the conv's ``(acc + bias) >> shift``, a GEMM whose weight block is ``2**scale * I`` adds it, already packed,
-    into the accumulator; then ``(+ 2**(post_shift-1)) >> post_shift`` (when ``post_shift > 0``) and the clip.
-    The tensor is loaded as input blocks (VTA's input and output blocks are equal)."""
-
-    scale: int
-    post_shift: int
-
-    def check(self) -> None:
-        """:class:`~toolkit.vta.checks.FieldWidthError` for a scale or shift the ISA cannot hold."""
-        for what, value, top in (("scale", self.scale, RESIDUAL_SCALE_MAX),
-                                 ("post_shift", self.post_shift, POST_SHIFT_MAX)):
-            if not 0 <= value <= top:
-                raise checks.FieldWidthError(f"residual {what}={value} is outside [0, {top}]",
-                                             resource=f"residual_{what}", needed=value, available=top)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -413,8 +181,8 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual
             checks.field("uop.src", int(k.src.max()), fw["uop_src"])
             checks.field("uop.wgt", int(k.wgt.max()), fw["uop_wgt"])
     # DMA shapes (per thread, per tile), see _emit
-    inp_dma = _inp_pattern(wl, tci, h_ext, w_ext)
-    out_dma = _out_pattern(wl, tco, th, tw)
+    inp_dma = inp_pattern(wl, tci, h_ext, w_ext)
+    out_dma = out_pattern(wl, tco, th, tw)
     cib = wl.ci // hw.block_in
     wgt_x = tci * wl.kh * wl.kw
     wgt_dma = (1, tco * wgt_x, tco * wgt_x) if tci == cib else (tco, wgt_x, cib * wl.kh * wl.kw)
@@ -441,34 +209,6 @@ def _plan(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, bias: bool, residual
     return {"h_ext": h_ext, "w_ext": w_ext, "inp_tile": inp_tile, "inp_total": inp_total, "wgt_tile": wgt_tile,
             "out_tile": out_tile,
             "acc_tile": acc_tile, "kernels": kernels, "inp_dma": inp_dma, "out_dma": out_dma, "wgt_dma": wgt_dma}
-
-
-def _inp_pattern(wl: Conv2dWorkload, tci: int, h_ext: int, w_ext: int) -> tuple[int, int, int, int]:
-    """``(n_dma, y, x, stride)`` of one thread's input tile (full tile, before padding is cut)."""
-    hwsz = wl.h * wl.w
-    if wl.ph or wl.pw or tci == 1:
-        return tci, h_ext, w_ext, wl.w  # one DMA per channel block (TVM: tci must be 1 when padded)
-    if w_ext == wl.w and h_ext == wl.h:
-        return 1, 1, tci * hwsz, tci * hwsz
-    if w_ext == wl.w:
-        return 1, tci, h_ext * wl.w, hwsz
-    if h_ext == 1:
-        return 1, tci, w_ext, hwsz
-    return tci, h_ext, w_ext, wl.w
-
-
-def _out_pattern(wl: Conv2dWorkload, tco: int, th: int, tw: int) -> tuple[int, int, int, int]:
-    """``(n_dma, y, x, stride)`` of one thread's output tile store (TVM's fold of (co, h, w))."""
-    plane = wl.oh * wl.ow
-    if tw == wl.ow and th == wl.oh:
-        return 1, 1, tco * plane, tco * plane
-    if tw == wl.ow:
-        return 1, tco, th * wl.ow, plane
-    if tco == 1:
-        return 1, th, tw, wl.ow
-    if th == 1:
-        return 1, tco, tw, plane
-    return tco, th, tw, wl.ow
 
 
 # --------------------------------------------------------------------------------------------------
@@ -685,7 +425,7 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
     if loop:
         for _ in threads:
             q.push(STORE, COMPUTE)
-    _emit_all(q, outer, emit_iteration, tile_mem, [len(active(h0o, c0o)) == T for _, h0o, c0o, _ in outer])
+    emit_all(q, outer, emit_iteration, tile_mem, [len(active(h0o, c0o)) == T for _, h0o, c0o, _ in outer])
     if loop:
         for _ in threads:
             q.pop(STORE, COMPUTE)
@@ -701,96 +441,3 @@ def _emit(wl: Conv2dWorkload, sch: Schedule, hw: VTAConfig, plan: dict, bias: bo
     if channel_shift:
         meta["channel_shift"] = True
     return Program(hw, q.insns, uops, regions, meta), q.kinds, q.uop_loaded
-
-
-CLONE_MIN_ITERATIONS = 5
-"""Outer iterations from which :func:`_emit_all` clones the steady-state iteration (tests raise it)."""
-_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
-_ADDR = ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad0", "y_pad1", "x_pad0", "x_pad1")
-
-
-def _emit_all(q: InsnQueue, outer: list[tuple], emit_iteration, tile_mem, full: list[bool]) -> None:
-    """Emit every outer iteration through the runtime emulation, except that an iteration with all
-    threads busy (``full``) that follows another such iteration is cloned from the steady-state
-    iteration with its DMA addresses patched (identical result, several times faster).
-
-    The steady state is taken from iterations 1 and 2, which must be full, leave the emulator in the same
-    state and have the same instructions up to addresses; otherwise every iteration is emulated.
-    """
-    n = len(outer)
-    if n < CLONE_MIN_ITERATIONS or not all(full[:3]):
-        for it in outer:
-            emit_iteration(*it)
-        return
-
-    def state() -> tuple:
-        return tuple(q.pop_prev), tuple(q.pop_next), q.stage, q.uop_end, q.uop_loaded
-
-    emit_iteration(*outer[0])
-    s1 = len(q.insns)
-    emit_iteration(*outer[1])
-    e1 = len(q.insns)
-    snap1 = [dict(i.__dict__) for i in q.insns[s1:e1]]
-    state1 = state()
-    kinds1 = Counter(q.kinds)
-    emit_iteration(*outer[2])
-    e2 = len(q.insns)
-    state2 = state()
-    length = e1 - s1
-    steady = state1 == state2 and e2 - e1 == length
-    if steady:
-        for a, b, d in zip(q.insns[e1:e2], q.insns[s1:e1], snap1):
-            da = a.__dict__
-            if type(a) is not type(b) or any(da[k] != d[k] for k in d if k not in _ADDR) or (
-                    "x_size" in d and (da["x_size"] == 0) != (d["x_size"] == 0)):
-                steady = False
-                break
-    if not steady:
-        for it in outer[3:]:
-            emit_iteration(*it)
-        return
-    # what iteration 2 changed in iteration 1 (token flags folded onto its last instructions)
-    mods = [(k, f, q.insns[s1 + k].__dict__[f]) for k, d in enumerate(snap1) for f in _FLAGS
-            if q.insns[s1 + k].__dict__[f] != d[f]]
-    types = [type(i) for i in q.insns[s1:e1]]
-    mem_pos = [k for k, (t, d) in enumerate(zip(types, snap1))
-               if t is MemInsn and d["x_size"] and d["mem"] != MemId.UOP]
-    fresh = set(mem_pos) | {k for k, _, _ in mods}
-    # address-free instructions no later iteration modifies are shared between the cloned iterations
-    shared = {k: q.insns[e1 + k] for k in range(length) if k not in fresh}
-    per_iter = Counter({k: v - kinds1.get(k, 0) for k, v in q.kinds.items()})
-    insns = q.insns
-    new = object.__new__
-    layout = [(k, types[k], snap1[k], shared.get(k)) for k in range(length)]
-    mem_set = set(mem_pos)
-    cloned = 0
-    last_cloned = False
-    can_clone = True  # the previous iteration was full and left the steady state
-    for idx in range(3, n):
-        it = outer[idx]
-        if full[idx] and can_clone:
-            prev = len(insns) - length
-            for k, f, v in mods:
-                setattr(insns[prev + k], f, v)
-            params = iter(tile_mem(*it))
-            for k, t, d, obj in layout:
-                if obj is None:
-                    obj = new(t)
-                    if k in mem_set:
-                        obj.__dict__ = {**d, **dict(zip(_ADDR, next(params)))}
-                    else:
-                        obj.__dict__ = d.copy()
-                insns.append(obj)
-            cloned += 1
-            last_cloned = True
-            continue
-        if last_cloned:  # the emulation may fold a token onto the previous iteration: un-share its tail
-            for j in range(len(insns) - length, len(insns)):
-                copy = new(type(insns[j]))
-                copy.__dict__ = dict(insns[j].__dict__)
-                insns[j] = copy
-            last_cloned = False
-        emit_iteration(*it)
-        can_clone = full[idx] and state() == state2
-    for k, v in per_iter.items():
-        q.kinds[k] += v * cloned

@@ -8,7 +8,7 @@ the padding value: the caller checks the input is non-negative. Per tile of ``tc
 output rows (full width): ``LOAD INP`` of the rows the windows read (hardware padding at the edges), the GEMM
 reset of the tile's accumulator, the identity GEMM, ``kh * kw`` ALU ``MAX`` instructions (one per window
 position, each over ``(channel block, row | column)``), a ``STORE`` per channel block. Dependency tokens are
-placed by the conv compiler's emulation of TVM's runtime queue (:class:`~toolkit.vta.compiler.InsnQueue`).
+placed by the conv compiler's emulation of TVM's runtime queue (:class:`~toolkit.vta.insn_queue.InsnQueue`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from toolkit.vta import checks
-from toolkit.vta.compiler import COMPUTE, LOAD, STORE, InsnQueue
+from toolkit.vta.insn_queue import COMPUTE, LOAD, STORE, InsnQueue
 from toolkit.vta.config import VTAConfig
 from toolkit.vta.isa import AluInsn, AluOp, GemmInsn, MemId, Opcode, Uop
 from toolkit.vta.layout import LOOP_ITER_BITS, PAD_BITS, SIZE_BITS
