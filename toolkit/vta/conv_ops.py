@@ -11,7 +11,7 @@ import numpy as np
 from toolkit.errors import ExportError
 from toolkit.vta.layout import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
 from toolkit.vta.op_base import ACC_EXP_MAX, EXP_LIMIT, Op, Shape, Tensor, elements, exponent, need_array, \
-    oihw_shape, relu_if, window_shape
+    oihw_shape, relu_if, rounding_offset, window_shape
 from toolkit.vta.reference import (add_residual, conv2d_int32, conv2d_sum, requantize, shift_right, unpack_bias,
                                    unpack_weight)
 
@@ -133,8 +133,8 @@ class Conv(Op):
         shift = ein + ew - eo
         arrays[f"{layer.name}.weight"] = np.clip(np.rint(w.astype(np.float64) * 2.0 ** ew.reshape(-1, 1, 1, 1)),
                                                  -127, 127).astype(np.int8)
-        rounding = np.where(shift > 0, 1 << np.maximum(shift - 1, 0), 0)
-        arrays[f"{layer.name}.bias"] = (np.rint(b.astype(np.float64) * 2.0 ** (ein + ew)) + rounding).astype(np.int32)
+        arrays[f"{layer.name}.bias"] = (np.rint(b.astype(np.float64) * 2.0 ** (ein + ew)) + rounding_offset(shift)
+                                        ).astype(np.int32)
         if np.all(shift == shift[0]):
             layer.attrs.update(shift=int(shift[0]), exp=int(eo))
         else:

@@ -78,6 +78,13 @@ def elements(shape: Shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
+def rounding_offset(shift: Any) -> np.ndarray:
+    """The offset a bias carries so that ``>> shift`` rounds half up: ``2**(shift-1)``, 0 for no shift (per element
+    of ``shift``, one shift or one per channel)."""
+    s = np.asarray(shift, np.int64)
+    return np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
+
+
 def relu_if(x: np.ndarray, on: bool) -> np.ndarray:
     return np.maximum(x, 0) if on else x
 

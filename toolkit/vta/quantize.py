@@ -19,6 +19,7 @@ import numpy as np
 from toolkit.errors import ExportError
 from toolkit.vta.layout import POST_SHIFT_MAX, RESIDUAL_SCALE_MAX
 from toolkit.vta.graph import INPUT, Graph, Layer
+from toolkit.vta.op_base import rounding_offset
 from toolkit.vta.ops import OPS, PER_CHANNEL, conv_shift, exponent, oihw_shape
 
 
@@ -124,11 +125,8 @@ def fuse_residuals(q: Quantized) -> dict[str, str]:
         if why:
             kept[add.name] = why
             continue
-        def rounding(s: np.ndarray) -> np.ndarray:
-            return np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
-
-        q.arrays[f"{name}.bias"] = (q.arrays[f"{name}.bias"].astype(np.int64) + rounding(shift) - rounding(old)
-                                    ).astype(np.int32)
+        q.arrays[f"{name}.bias"] = (q.arrays[f"{name}.bias"].astype(np.int64) + rounding_offset(shift)
+                                    - rounding_offset(old)).astype(np.int32)
         conv.op, conv.inputs = "conv_add", [conv.inputs[0], other]
         if shift.ndim:
             q.arrays[f"{name}.shift"] = shift.astype(np.int32)
