@@ -5,9 +5,11 @@
 Each command runs ``--repeat`` times as ``python -m toolkit ...`` in a fresh process with an empty
 inventory and state (process start included, as a user sees it); the figure is the median wall time.
 Target: every one under 1.5 s. The long commands (tuning, exporting and running a model) run
-``--repeat-long`` times on a pseudo-terminal: the seconds to their first output and their longest silence,
-against a target of 2 s. Results: ``bench/out/everyday.json`` and, with ``--write-docs``, the
-"Everyday commands" section of bench/archive.md.
+``--repeat-long`` times on a pseudo-terminal and into a pipe: the seconds to their first output and their
+longest silence, against a target of 2 s. A board that never comes (a tracker, no agent) is waited for as
+``--wait-board`` says: the wait against it, target 1.5x. ``--previous RESULTS_JSON`` puts an earlier run's
+medians beside. Results: ``bench/out/everyday.json`` and, with ``--write-docs``, the "Everyday commands"
+section of bench/archive.md.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ LONG = (["workloads", "extract", "resnet18"],
         ["export", "--model", "resnet18", "-b", "vta-fsim", "--out", "exv", "--force"],
         ["run", "exv", "-b", "vta-fsim"])
 """Commands of seconds, in order (each run needs the export before it); a tuning log is removed before each run."""
+WAITS = (2, 30)
+"""``--wait-board`` values tried on a board registered with a running tracker whose agent never starts."""
+WAIT_FACTOR = 1.5
 
 
 def _fresh_env(home: str) -> dict[str, str]:
@@ -70,38 +75,80 @@ def measure(repeat: int) -> list[dict]:
 
 
 def measure_long(repeat: int) -> list[dict]:
-    """Seconds to the first output, longest silence and wall time of each long command on a terminal (medians
-    over ``repeat`` rounds of the whole sequence)."""
+    """Seconds to the first output, longest silence and wall time of each long command on a terminal, and first
+    output and longest silence into a pipe (medians over ``repeat`` rounds of the whole sequence)."""
     from toolkit.testing.terminal import on_a_terminal
 
-    runs: dict[str, list] = {}
+    runs: dict[str, dict[bool, list]] = {}
     with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
         env = _fresh_env(home)
         for _ in range(repeat):
             for argv in LONG:
-                for log in ("v.jsonl", "l.jsonl"):
-                    Path(home, log).unlink(missing_ok=True)
+                for terminal in (True, False):
+                    for log in ("v.jsonl", "l.jsonl"):
+                        Path(home, log).unlink(missing_ok=True)
+                    r = on_a_terminal(argv, env=env, cwd=home, timeout=600, terminal=terminal)
+                    if r.returncode != 0:
+                        raise SystemExit(f"edgetune {' '.join(argv)} failed: {r.text[-300:]}")
+                    runs.setdefault("edgetune " + " ".join(argv), {}).setdefault(terminal, []).append(r)
+    return [{"command": cmd, "first_output_s": statistics.median(r.first_output_s for r in rs[True]),
+             "longest_silence_s": statistics.median(r.longest_silence_s for r in rs[True]),
+             "worst_silence_s": max(r.longest_silence_s for r in rs[True]),
+             "pipe_first_output_s": statistics.median(r.first_output_s for r in rs[False]),
+             "pipe_worst_silence_s": max(r.longest_silence_s for r in rs[False]),
+             "median_s": statistics.median(r.wall_s for r in rs[True]), "min_s": min(r.wall_s for r in rs[True]),
+             "max_s": max(r.wall_s for r in rs[True])} for cmd, rs in runs.items()]
+
+
+def measure_waits() -> list[dict]:
+    """``tune`` on a board registered with a running tracker whose agent never starts, per ``--wait-board`` of
+    :data:`WAITS`: wall time, the wait it announced and the wait from that line to its error."""
+    from toolkit.testing.terminal import on_a_terminal
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
+        env = {**_fresh_env(home), "EDGETUNE_INVENTORY": f"{home}/inventory.toml"}
+        started = subprocess.run([sys.executable, "-m", "toolkit", "tracker", "start", "--port", "0", "--json"],
+                                 env=env, capture_output=True, text=True, timeout=120)
+        if started.returncode != 0:
+            raise SystemExit(f"edgetune tracker start failed: {started.stderr[-300:]}")
+        try:
+            subprocess.run([sys.executable, "-m", "toolkit", "board", "add", "pz", "--type", "pynq-z1", "--host",
+                            "127.0.0.1", "--rpc-key", "no-agent"], env=env, check=True, capture_output=True)
+            for wait in WAITS:
+                argv = ["tune", "-b", "pz", "-w", "resnet18.C5", "--trials", "4", "--wait-board", str(wait)]
                 r = on_a_terminal(argv, env=env, cwd=home, timeout=600)
-                if r.returncode != 0:
-                    raise SystemExit(f"edgetune {' '.join(argv)} failed: {r.text[-300:]}")
-                runs.setdefault("edgetune " + " ".join(argv), []).append(r)
-    return [{"command": cmd, "first_output_s": statistics.median(r.first_output_s for r in rs),
-             "longest_silence_s": statistics.median(r.longest_silence_s for r in rs),
-             "worst_silence_s": max(r.longest_silence_s for r in rs),
-             "median_s": statistics.median(r.wall_s for r in rs), "min_s": min(r.wall_s for r in rs),
-             "max_s": max(r.wall_s for r in rs)} for cmd, rs in runs.items()]
+                said, failed = r.at("waiting up to"), r.at("error:")
+                if r.returncode != 2 or said is None or failed is None:
+                    raise SystemExit(f"edgetune {' '.join(argv)} did not wait and fail: {r.text[-400:]}")
+                announced = float(r.text.split("waiting up to", 1)[1].split()[0])
+                rows.append({"command": "edgetune " + " ".join(argv), "wait_board_s": wait, "wall_s": r.wall_s,
+                             "first_output_s": r.first_output_s, "announced_s": announced, "waited_s": failed - said})
+        finally:
+            subprocess.run([sys.executable, "-m", "toolkit", "tracker", "stop"], env=env, capture_output=True,
+                           timeout=120)
+    return rows
 
 
 def markdown(result: dict) -> str:
     env, rows, long = result["environment"], result["rows"], result.get("long") or []
+    before = {r["command"]: r["median_s"] for r in (result.get("previous") or {}).get("rows", [])
+              + (result.get("previous") or {}).get("long", [])}
+
+    def was(cmd: str) -> str:
+        return f"{before[cmd]:.2f}" if cmd in before else "-"
+
     slowest = max(rows, key=lambda r: r["median_s"])
-    table = "\n".join(f"| `{r['command']}` | {r['median_s']:.2f} | {r['min_s']:.2f}-{r['max_s']:.2f} | - | - |"
-                      for r in rows)
+    table = "\n".join(f"| `{r['command']}` | {r['median_s']:.2f} | {r['min_s']:.2f}-{r['max_s']:.2f} | "
+                      f"{was(r['command'])} | - | - | - | - |" for r in rows)
     table += "".join(f"\n| `{r['command']}` | {r['median_s']:.1f} | {r['min_s']:.1f}-{r['max_s']:.1f} | "
-                     f"{r['first_output_s']:.1f} | {r['longest_silence_s']:.1f} ({r['worst_silence_s']:.1f}) |"
-                     for r in long)
+                     f"{was(r['command'])} | {r['first_output_s']:.1f} | {r['longest_silence_s']:.1f} "
+                     f"({r['worst_silence_s']:.1f}) | {_pipe(r, 'pipe_first_output_s')} | "
+                     f"{_pipe(r, 'pipe_worst_silence_s')} |" for r in long)
     verdict = "within" if slowest["median_s"] < TARGET_S else "over"
     command = f"python -m bench.bench_everyday --repeat {result['repeat']} --repeat-long {result.get('repeat_long', 0)}"
+    if result.get("previous"):
+        command += f" --previous {result['previous_path']}"
     text = f"""{SECTION}
 
 Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.
@@ -109,6 +156,11 @@ Command: `{command} --write-docs`.
 Each command in a fresh process (`python -m toolkit ...`, process start included), empty inventory and state;
 median of {result['repeat']} runs. Target for these quick commands: under {TARGET_S} s each. **Slowest:
 `{slowest['command']}`, {slowest['median_s']:.2f} s** ({verdict} the target)."""
+    if result.get("previous"):
+        penv = result["previous"]["environment"]
+        text += f"""
+
+"before": the median of the run of {penv['date']} ({penv['machine']}), kept in `{result['previous_path']}`."""
     if long:
         worst = max(long, key=lambda r: r["worst_silence_s"])
         text += f"""
@@ -116,14 +168,34 @@ median of {result['repeat']} runs. Target for these quick commands: under {TARGE
 The long commands (tuning, exporting and running a model; {result['repeat_long']} rounds, medians) run on a
 pseudo-terminal, as a user sees them: seconds to their first output, and their longest silence (between two
 outputs, a spinner or progress redraw included, or before the first or after the last; in brackets the worst
-run). Target: silent for at most {SILENCE_S:g} s. **Longest silence: `{worst['command']}`,
-{worst['worst_silence_s']:.1f} s** ({'within' if worst['worst_silence_s'] <= SILENCE_S else 'over'} the target)."""
-    return text + f"""
+run); and into a pipe, as a log or a CI job sees them (worst run). Target: silent for at most {SILENCE_S:g} s on a
+terminal. **Longest silence on a terminal: `{worst['command']}`, {worst['worst_silence_s']:.1f} s**
+({'within' if worst['worst_silence_s'] <= SILENCE_S else 'over'} the target)."""
+    columns = ["command", "median s", "range s", "before: median s", "first output s (terminal)",
+               "longest silence s (terminal)", "first output s (pipe)", "longest silence s (pipe)"]
+    text += f"""
 
-| command | median s | range s | first output s (terminal) | longest silence s (terminal) |
-|---|---|---|---|---|
+| {' | '.join(columns)} |
+|{'---|' * len(columns)}
 {table}
 """
+    waits = result.get("waits") or []
+    if waits:
+        text += f"""
+A board registered with a running tracker whose agent never starts (`tracker start`, `board add pz`), on a
+terminal: the wait the command announces and the seconds from that line to its error. A board never seen is
+waited for at most 10 s whatever `--wait-board` says (a board lost mid-run gets the whole `--wait-board`).
+Target: the wait within {WAIT_FACTOR:g}x of what was announced.
+
+| command | wall s | first output s | announced wait s | waited s | waited / announced |
+|---|---|---|---|---|---|
+""" + "".join(f"| `{r['command']}` | {r['wall_s']:.1f} | {r['first_output_s']:.1f} | {r['announced_s']:.0f} | "
+              f"{r['waited_s']:.1f} | {r['waited_s'] / r['announced_s']:.2f}x |\n" for r in waits)
+    return text
+
+
+def _pipe(row: dict, key: str) -> str:
+    return f"{row[key]:.1f}" if key in row else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,10 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--repeat-long", type=int, default=3, help="rounds of the long commands (0: none)")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--previous", type=Path, help="an earlier run's results JSON, its medians put beside")
+    parser.add_argument("--doc-only", action="store_true", help="rewrite the docs from bench/out/everyday.json")
     args = parser.parse_args(argv)
-    result = {"environment": environment("python -m bench.bench_everyday"), "repeat": args.repeat,
-              "rows": measure(args.repeat), "repeat_long": args.repeat_long,
-              "long": measure_long(args.repeat_long) if args.repeat_long else []}
+    if args.doc_only:
+        result = json.loads(OUT.read_text())
+    else:
+        result = {"environment": environment("python -m bench.bench_everyday"), "repeat": args.repeat,
+                  "rows": measure(args.repeat), "repeat_long": args.repeat_long,
+                  "long": measure_long(args.repeat_long) if args.repeat_long else [], "waits": measure_waits()}
+    if args.previous:
+        result["previous"] = json.loads(args.previous.read_text())
+        result["previous_path"] = args.previous.resolve().relative_to(ROOT).as_posix()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))

@@ -1,9 +1,12 @@
-"""On a terminal a command says what it waits for before its first output; off a terminal it says nothing."""
+"""A command says what it waits for before its first output: on a terminal with a spinner, off one as plain
+``wait:`` lines."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import time
 
 from toolkit.testing.terminal import on_a_terminal
 
@@ -26,11 +29,31 @@ def test_tune_on_a_tvm_board_says_it_reaches_the_board_first_and_uses_the_measur
     assert valid and all(len(rec.costs) == 2 for rec in valid)
 
 
-def test_a_wait_is_said_with_its_time_on_a_terminal_and_not_at_all_off_one():
+def test_a_wait_is_said_with_its_time_on_a_terminal_and_as_plain_lines_off_one():
     text = _on_a_terminal(["workloads", "extract", "resnet18"])
     line = next(ln for ln in text.replace("\r", "\n").splitlines() if "tracing model resnet18" in ln)
     assert "0:00:0" in line, line           # the seconds so far, beside a spinner
+    assert "wait:" not in text
     assert text.index("tracing model resnet18") < text.index("resnet18.L1")
     piped = subprocess.run([sys.executable, "-m", "toolkit", "workloads", "extract", "resnet18"], capture_output=True,
                            text=True, timeout=300)
-    assert piped.returncode == 0 and "tracing" not in piped.stderr + piped.stdout
+    assert piped.returncode == 0 and "resnet18.L1" in piped.stdout
+    lines = piped.stderr.splitlines()
+    assert lines[0].startswith("wait: tracing model resnet18"), piped.stderr
+    assert re.fullmatch(r"wait: tracing model resnet18 .*: done in \d+\.\d s", lines[-1]), piped.stderr
+
+
+def test_off_a_terminal_a_long_wait_says_it_still_waits(monkeypatch, capsys):
+    """Every ``WAIT_EVERY_S`` a plain line with the seconds so far; a wait under a second has no closing line."""
+    from toolkit import console
+
+    monkeypatch.setattr(console, "WAIT_EVERY_S", 0.2)
+    with console.waiting("the board [x]"):
+        time.sleep(1.1)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "wait: the board [x]"
+    assert 3 <= sum(ln.endswith("s so far") for ln in lines) <= 6, lines
+    assert re.fullmatch(r"wait: the board \[x\]: done in 1\.\d s", lines[-1]), lines
+    with console.waiting("quick"):
+        pass
+    assert capsys.readouterr().err.splitlines() == ["wait: quick"]

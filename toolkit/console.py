@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Iterable, Sequence
@@ -53,17 +54,39 @@ def say(message: str) -> None:
     err.print(message, markup=False)
 
 
+WAIT = "wait:"
+"""The prefix of the lines that say, off a terminal, what a command waits for."""
+WAIT_EVERY_S = 30.0
+"""Off a terminal, how often a long wait says again that it still waits."""
+
+
 @contextlib.contextmanager
 def waiting(message: str) -> Iterator[None]:
-    """While the block runs, say on a terminal what the command waits for (a model traced, a board started),
-    with a spinner and the seconds so far; the line stays, with the time it took. Off a terminal nothing, so
-    that piped output and one-line errors stay as they are."""
-    if not err.is_terminal:
-        yield
+    """While the block runs, say what the command waits for (a model traced, a board started). On a terminal a
+    spinner with the seconds so far; the line stays, with the time it took. Off a terminal plain lines (for logs
+    and pipes): ``wait: MESSAGE`` at once, every :data:`WAIT_EVERY_S` while it lasts, and its time when it took
+    over a second."""
+    if err.is_terminal:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
+            bar.add_task(message, total=None)
+            yield
         return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
-        bar.add_task(message, total=None)
+    text, t0, done = _one_line(message), time.monotonic(), threading.Event()
+    err.print(f"{WAIT} {text}", markup=True)
+
+    def remind() -> None:
+        while not done.wait(WAIT_EVERY_S):
+            err.print(f"{WAIT} {text}: {time.monotonic() - t0:.0f} s so far", markup=True)
+
+    reminder = threading.Thread(target=remind, daemon=True)
+    reminder.start()
+    try:
         yield
+    finally:
+        done.set()
+        reminder.join()
+    if time.monotonic() - t0 >= 1.0:
+        err.print(f"{WAIT} {text}: done in {time.monotonic() - t0:.1f} s", markup=True)
 
 
 def _one_line(message: str) -> str:

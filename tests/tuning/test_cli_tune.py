@@ -166,3 +166,21 @@ def test_ctrl_c_or_sigterm_while_starting_or_tuning_is_one_line(tmp_path, when, 
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
     assert lines[-1].startswith("error: interrupted") and len([ln for ln in lines if "error" in ln]) == 1, err
+
+
+def test_a_board_whose_agent_never_came_fails_before_tuning_within_its_wait(tmp_path):
+    """A board registered in the inventory but with no server under its key: the command says how long it waits
+    (``--wait-board``, at most the wait for a board never seen) and fails before the tuner's first compile."""
+    from toolkit.boards import BoardEntry, Inventory
+    from toolkit.rpc.tracker import NEVER_SEEN_S, local_rpc
+    from toolkit.testing.cli import one_line_error
+
+    Inventory().add(BoardEntry("pz-no-agent", "pynq-z1", host="127.0.0.1", rpc_key="nobody-here"))
+    log = tmp_path / "never.jsonl"
+    with local_rpc("local") as (host, port):
+        for wait, said in ((1, 1), (60, NEVER_SEEN_S)):
+            r = runner.invoke(app, ["tune", "-b", "pz-no-agent", "--tracker", f"{host}:{port}", "-w", "resnet18.C5",
+                                    "-n", "4", "--wait-board", str(wait), "--log", str(log)])
+            assert f"waiting up to {said:.0f} s for board pz-no-agent" in r.output, r.output
+            assert f"under key 'nobody-here' (waited {said:.0f} s)" in one_line_error(r)
+            assert not log.exists()             # nothing was tuned: the board is reached first

@@ -136,7 +136,14 @@ def tune(
     builder = make_builder(task.backend, brd, cluster) if cluster else None
     with reaching(brd):
         runner = make_runner(brd, tracker=tracker, wait_s=wait_board)
-    runner.on_wait = console.warn
+        runner.on_wait = console.warn
+        try:
+            runner.reach()          # before the tuner's first compile: a missing board fails at once
+        except BaseException:
+            runner.close()
+            if builder is not None:
+                builder.close()
+            raise
     with console.progress() as bar:
         bar_id = bar.add_task(f"{tuner} {wl.label}", total=trials, status="")
 

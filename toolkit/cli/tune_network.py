@@ -109,6 +109,7 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
                 lanes.append((make_builder(backend, board, cluster), backend.make_runner(board, tracker=tracker,
                                                                                           wait_s=wait_s)))
                 lanes[-1][1].on_wait = console.warn
+                lanes[-1][1].reach()
         with console.progress() as bar:
             bar_id = bar.add_task(f"{net.name} ({len(plan.tasks)} tasks, {scheduler})", total=trials, status="")
 

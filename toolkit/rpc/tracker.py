@@ -53,12 +53,15 @@ class _Process:
 
     kind = "process"
 
-    def __init__(self, argv: Sequence[str], host: str, die_with_parent: bool = False) -> None:
+    def __init__(self, argv: Sequence[str], host: str, die_with_parent: bool = False,
+                 runtime_only: bool = False) -> None:
         self.host = host
         self.argv = list(argv)
         fd, self.log_path = tempfile.mkstemp(prefix=f"edgetune-{self.kind}-", suffix=".log")
         self._log = os.fdopen(fd, "w")
         env = lean_env({**os.environ, "PYTHONUNBUFFERED": "1"})   # its own children (TVM's workers) too
+        if runtime_only:   # TVM's runtime library alone (the tracker): a second less to start
+            env["TVM_USE_RUNTIME_LIB"] = "1"
         # with die_with_parent a guard (the group leader) kills the whole group when this process dies
         guard = [sys.executable, *SAFE_PATH, "-m", "toolkit.rpc.guard", str(os.getpid())] if die_with_parent else []
         self.proc = subprocess.Popen([*guard, *self.argv], stdout=self._log, stderr=subprocess.STDOUT,
@@ -196,7 +199,7 @@ def start_tracker(host: str = LOOPBACK, port: int = 0, port_end: int | None = No
     """
     lo, hi = _port_range(host, port, port_end)
     tracker = TrackerProcess([python, *SAFE_PATH, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                              "--port", str(lo), "--port-end", str(hi)], host, die_with_parent)
+                              "--port", str(lo), "--port-end", str(hi)], host, die_with_parent, runtime_only=True)
     return tracker.wait_ready(wait) if wait else tracker
 
 
@@ -232,26 +235,62 @@ def tracker_summary(host: str, port: int) -> dict[str, Any]:
                          "start it with `edgetune tracker start` or check the address") from None
 
 
-def require_server(host: str, port: int, key: str, board: str, grace_s: float = 10.0) -> None:
+NEVER_SEEN_S = 10.0
+"""The longest a command waits for a board no server of its key has registered for yet (a lost board is waited
+for as long as ``--wait-board`` says)."""
+
+
+def require_server(host: str, port: int, key: str, board: str, grace_s: float = NEVER_SEEN_S,
+                   on_wait: Callable[[str], None] | None = None) -> None:
     """Before a run's first measurement: the tracker answers and lists a server under ``key`` within
-    ``grace_s`` (:class:`BoardError` naming what is missing and the command that fixes it). A board that was
-    never seen is not waited for as a lost board is."""
-    deadline = time.monotonic() + grace_s
+    ``grace_s`` (:class:`BoardError` naming what is missing and the command that fixes it); ``on_wait`` is told
+    once when it has to wait."""
+    deadline = None                 # counted from the tracker's first answer (TVM's client loads for seconds)
     while True:
         info = tracker_summary(host, port)
         if any(s.get("key", "").split(":", 1)[-1] == key for s in info.get("server_info", [])):
             return
-        if time.monotonic() >= deadline:
-            raise BoardError(f"no board is registered with the tracker {host}:{port} under key {key!r}; start its "
-                             f"agent with `edgetune board provision {board}` (`edgetune board status` shows what "
-                             "runs)")
-        time.sleep(0.5)
+        if deadline is None:
+            deadline = time.monotonic() + grace_s
+            if on_wait is not None:
+                on_wait(f"no board is registered with the tracker {host}:{port} under key {key!r} yet: waiting up "
+                        f"to {grace_s:.0f} s for board {board}")
+        elif time.monotonic() >= deadline:
+            raise BoardError(f"no board is registered with the tracker {host}:{port} under key {key!r} (waited "
+                             f"{grace_s:.0f} s); start its agent with `edgetune board provision {board}` (`edgetune "
+                             "board status` shows what runs)")
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 # -- the `local` board: a tracker + server on loopback, shared by everything in this process ----
 
 _LOCAL: dict[str, tuple[TrackerProcess, ServerProcess, list[int]]] = {}
 _LOCAL_LOCK = threading.Lock()
+
+
+def _start_local(key: str, tries: int = 3) -> tuple[TrackerProcess, ServerProcess]:
+    """A loopback tracker and a server under ``key``, started at once (each imports TVM for seconds): the tracker
+    on a port chosen here, the server waiting for it (:mod:`toolkit.rpc.late_server`); another port when the
+    chosen one was taken meanwhile. Both die with this process."""
+    attempt = 0
+    while True:
+        attempt += 1
+        port = _free_port(LOOPBACK)
+        tracker = start_tracker(port=port, port_end=port + 1, wait=None, die_with_parent=True)
+        server = start_server((LOOPBACK, port), key, module="toolkit.rpc.late_server", wait=None,
+                              die_with_parent=True)
+        try:
+            tracker.wait_ready()
+            return tracker, server.wait_ready()
+        except BoardError:
+            server.stop()
+            tracker.stop()
+            if attempt >= tries or tracker.port is not None:
+                raise
+        except BaseException:
+            server.stop()
+            tracker.stop()
+            raise
 
 
 def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
@@ -268,12 +307,7 @@ def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
             entry[0].stop()
             entry = None
         if entry is None:
-            tracker = start_tracker(die_with_parent=True)   # no orphans if this process is killed
-            try:
-                server = start_server(tracker.address, key, die_with_parent=True)
-            except BaseException:
-                tracker.stop()
-                raise
+            tracker, server = _start_local(key)
             entry = (tracker, server, [0])
             _LOCAL[key] = entry
         entry[2][0] += 1

@@ -2,9 +2,10 @@
 
 Every case runs ``python -m toolkit ARGS`` in a fresh folder holding the case's ``files``, with its own
 inventory, state and cache folders. The right answer to a bad input is one line on stderr starting with
-``error:`` that names the problem (``says``), exit code 2, no traceback, and every file in ``keep``
-unchanged; a case with ``expect="ok"`` must succeed. The test suite runs every case; so does the reliability
-benchmark, which reports tracebacks and silent successes.
+``error:`` that names the problem (``says``; beside it only warnings and the ``wait:`` lines that say what the
+command waited for), exit code 2, no traceback, and every file in ``keep`` unchanged; a case with
+``expect="ok"`` must succeed. The test suite runs every case; so does the reliability benchmark, which reports
+tracebacks and silent successes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from toolkit.console import WAIT
 
 SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"
 HEADER = json.dumps({"edgetune_log": 1, "edgetune": "0.1.0", "tvm": "0.27", "created": 0.0,
@@ -86,7 +89,7 @@ class Outcome:
             return self.rc == 0
         return (self.rc == 2 and len(self.errors) == 1 and self.case.says.lower() in self.errors[0].lower()
                 and not [ln for ln in self.stderr.splitlines() if ln.strip() and not ln.startswith(("error:",
-                                                                                                    "warning:"))])
+                                                                                                    "warning:", WAIT))])
 
     @property
     def silent_success(self) -> bool:

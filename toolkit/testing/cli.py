@@ -14,13 +14,16 @@ from typing import Any
 
 
 def one_line_error(result: Any, code: int = 2) -> str:
-    """The single line a bad input must get (warnings aside): exit ``code``, no traceback; returns the line.
+    """The single line a bad input must get (warnings and ``wait:`` lines aside): exit ``code``, no traceback;
+    returns the line.
     ``result``: a ``CliRunner`` result (its output) or a ``subprocess.CompletedProcess`` (its stderr)."""
     if isinstance(result, subprocess.CompletedProcess):
         output, exit_code = result.stderr, result.returncode
     else:
         output, exit_code = result.output, result.exit_code
-    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    from toolkit.console import WAIT
+
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(("warning:", WAIT))]
     assert exit_code == code, output
     assert "Traceback" not in output and len(lines) == 1, output
     return lines[0]

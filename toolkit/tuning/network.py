@@ -275,7 +275,7 @@ class _Rounds:
                     return None
                 i = self.scheduler.next_task()
                 if i is not None:
-                    n = min(self.scheduler.trials_per_round, left)
+                    n = min(self.scheduler.trials_per_round, left, self._first_share(i, left))
                     self.scheduler.busy.add(i)
                     self.reserved += n
                     return i, n
@@ -283,6 +283,15 @@ class _Rounds:
                     return None           # every task exhausted
                 self.cond.wait()
             return None
+
+    def _first_share(self, i: int, left: int) -> int:
+        """A task's first round shares what is left with every task still waiting for its first round (a small
+        budget tries every task before any gets a second round); later rounds are not capped here."""
+        s = self.scheduler
+        if s.history[i]:
+            return left
+        waiting = sum(1 for j in s.live if not s.history[j] and j not in s.busy)
+        return max(1, left // max(1, waiting))
 
     def _lane(self, pair_for: Callable[[int], tuple[Builder, Runner]]) -> None:
         while (got := self._take()) is not None:

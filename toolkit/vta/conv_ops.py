@@ -27,6 +27,10 @@ def conv_arrays(layer: Layer, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray
 
 PER_CHANNEL = -1
 """A conv's ``shift`` attribute when each output channel has its own (the ``NAME.shift`` array)."""
+PER_CHANNEL_MIN_BITS = 0.5
+"""Per-output-channel weight exponents are taken when they give the channels at least this many bits more than one
+exponent for all on average (each bit divides a channel's rounding error by 2): below it the gain is small and
+one shift (an ALU immediate) saves VTA the shift tensor's loads."""
 
 
 def conv_shift(layer: Layer, arrays: dict[str, np.ndarray]) -> int | np.ndarray:
@@ -112,9 +116,10 @@ class Conv(Op):
 
     def quantize(self, layer: Layer, exps: list[int | None], peak: float, floats: dict[str, np.ndarray],
                  arrays: dict[str, np.ndarray]) -> int | None:
-        """Weights per tensor, or per output channel where a channel's weights are small enough to take a finer
-        exponent (less rounding, the same output scale; each channel's shift then its own, applied by VTA's ALU
-        from a tensor). Each exponent keeps the bias at the accumulator scale within int32 and the shift <= 31."""
+        """Weights per tensor, or per output channel where the channels' weights are small enough to take finer
+        exponents, :data:`PER_CHANNEL_MIN_BITS` more on average (less rounding, the same output scale; each
+        channel's shift then its own, applied by VTA's ALU from a tensor). Each exponent keeps the bias at the
+        accumulator scale within int32 and the shift <= 31."""
         ein = exps[0]
         if ein is None:
             raise ExportError(f"{layer.name}: a conv after the model left int8 (after pooling to 1x1 or the "
@@ -127,6 +132,8 @@ class Conv(Op):
             while ew[o] > -EXP_LIMIT and (ein + ew[o] > ACC_EXP_MAX
                                           or abs(float(b[o])) * 2.0 ** (ein + ew[o]) >= 2 ** 30):
                 ew[o] -= 1
+        if np.mean(ew - ew.min()) < PER_CHANNEL_MIN_BITS:
+            ew[:] = ew.min()                             # one exponent: one shift, no shift tensor on VTA
         eo = min(exponent(peak), int(ew.min()) + ein)    # every shift >= 0
         eo = max(eo, int(ew.min()) + ein - 31)
         ew = np.minimum(ew, eo + 31 - ein)               # every shift <= 31

@@ -86,6 +86,19 @@ def test_network_tune_api_one_log(tiny, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheduler", [GradientScheduler, RoundRobinScheduler])
+def test_a_small_budget_tries_every_task_before_any_gets_a_second_round(tiny, tmp_path, scheduler):
+    """48 trials, rounds of 32, three tasks: each task's first round is a third of the budget (was 32, 16, 0)."""
+    plan, tasks = network_tasks(extract(f"{tiny}:make", (1, 3, 32, 32)).network, resolve_board("vta-fsim"),
+                                first_conv="pad")
+    assert len(plan.tasks) == 3
+    s = tune_network(plan, tasks, "random", 48, log=tmp_path / "small.jsonl",
+                     scheduler=scheduler(trials_per_round=32))
+    assert [t.trials for t in s.tasks] == [16, 16, 16]
+    s = tune_network(plan, tasks, "random", 2, log=tmp_path / "tiny.jsonl", scheduler=scheduler(trials_per_round=32))
+    assert [t.trials for t in s.tasks] == [1, 1, 0]        # fewer trials than tasks: one each while they last
+
+
 def test_cli_network_tune_resumes_after_sigkill(tiny, tmp_path):
     log = tmp_path / "tiny.jsonl"
     cmd = [EDGETUNE, "tune", "--board", "vta-fsim", "--model", f"{tiny}:make", "--input-shape", "1,3,32,32",

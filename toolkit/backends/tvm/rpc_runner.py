@@ -151,13 +151,18 @@ class RPCRunner(Runner):
             self._data = (id(template), inputs, ref)
         return self._data[1], self._data[2]
 
+    def reach(self) -> None:
+        """A board registered under the key (fails fast: it waits at most ``NEVER_SEEN_S`` for a board never seen)."""
+        if not self._seen and self.key is not None:
+            from toolkit.rpc.tracker import NEVER_SEEN_S, require_server
+
+            require_server(self.host, self.port, self.key, self.board_name or self.key,
+                           grace_s=min(self.wait_s, NEVER_SEEN_S), on_wait=self.waiting)
+            self._seen = True
+
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
             options: MeasureOptions) -> list[MeasureResult]:
-        if not self._seen and self.key is not None:
-            from toolkit.rpc.tracker import require_server
-
-            require_server(self.host, self.port, self.key, self.board_name or self.key)
-            self._seen = True
+        self.reach()
         inputs, ref = self._inputs(template, options.check)
         try:
             return [self._measure(template, config, artifact, options, inputs, ref) for config, artifact in items]
@@ -319,11 +324,7 @@ class RPCRunner(Runner):
     def session(self, timeout_s: float = 120.0) -> Iterator[tuple[Any, Callable[[str], None]]]:
         """One RPC session on the board, and a function that names the stage under way (its name is in the
         :class:`BoardError` raised when a stage fails); fails fast when no board of the key ever registered."""
-        if not self._seen and self.key is not None:
-            from toolkit.rpc.tracker import require_server
-
-            require_server(self.host, self.port, self.key, self.board_name or self.key)
-            self._seen = True
+        self.reach()
         stage = ["connect"]
 
         def at(name: str) -> None:

@@ -113,14 +113,19 @@ class VTARPCRunner(Runner):
                     f"log: check `edgetune board status`, re-provision the board and rerun with --resume")
             time.sleep(0.5)
 
+    def reach(self) -> None:
+        """A board registered under the key (fails fast: it waits at most ``NEVER_SEEN_S`` for a board never seen)."""
+        if not self._seen:
+            from toolkit.rpc.tracker import NEVER_SEEN_S, require_server
+
+            require_server(*self.tracker, self.key, self.board.name, grace_s=min(self.wait_s, NEVER_SEEN_S),
+                           on_wait=self.waiting)
+            self._seen = True
+
     # -- measuring --------------------------------------------------------------------------------
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
             options: MeasureOptions) -> list[MeasureResult]:
-        if not self._seen:
-            from toolkit.rpc.tracker import require_server
-
-            require_server(*self.tracker, self.key, self.board.name)
-            self._seen = True
+        self.reach()
         return [self._run_one(template, config, artifact, options) for config, artifact in items]
 
     def _run_one(self, template: Template, config: Config, artifact: Artifact,
@@ -170,11 +175,7 @@ class VTARPCRunner(Runner):
              timeout_s: float) -> dict[str, np.ndarray]:
         """Call the agent's ``function(payload, arrays as .npz bytes, *args)`` on some board with the key and
         return the ``.npz`` it answers, as :meth:`call_agent` does (lost boards waited for, then retried)."""
-        if not self._seen:      # fail fast when no board with the key was ever registered
-            from toolkit.rpc.tracker import require_server
-
-            require_server(*self.tracker, self.key, self.board.name)
-            self._seen = True
+        self.reach()
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         for _attempt in range(self.max_lost + 1):

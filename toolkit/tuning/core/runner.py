@@ -62,6 +62,11 @@ class Runner(abc.ABC):
         if self.on_wait is not None:
             self.on_wait(message)
 
+    def reach(self) -> None:
+        """Before the first measurement: make sure the board is there, waiting for it as long as the runner waits
+        (:class:`~toolkit.errors.BoardError` when it is not); called again, nothing. The default measures in this
+        process: nothing to reach."""
+
     @abc.abstractmethod
     def run(self, template: Template, items: Sequence[tuple[Config, Artifact]],
             options: MeasureOptions) -> list[MeasureResult]:
