@@ -216,10 +216,12 @@ def _markdown(results: dict[str, Any]) -> str:
     env = results["environment"]
     lines = [SECTION, "",
              f"Machine: {env['machine']}; {env['date']}; edgetune {env['edgetune']}. Command: `{env['command']}`. "
-             "ResNet-18 (built-in, seeded random weights), batch 1, 224x224, int8 with per-tensor power-of-two "
-             "scales calibrated on 16 synthetic inputs. VTA: the simulator's modelled device time (docs/vta.md); "
+             "ResNet-18 (built-in, seeded random weights), batch 1, 224x224, int8 with power-of-two scales (a "
+             "conv's weights per output channel where that gains half a bit on average) calibrated on 16 synthetic "
+             "inputs. VTA: the simulator's modelled device time (docs/vta.md) of the one program all 21 VTA layers "
+             "make (one kernel call, one DRAM arena); "
              "CPU: the layers VTA does not run (the first conv's space-to-depth rearrangement, global pooling, the "
-             "classifier; the 8 residual adds run inside their convs' VTA programs, max pooling is a VTA program) "
+             "classifier; the 8 residual adds run inside their convs' VTA programs, max pooling on VTA too) "
              "in numpy, measured on this "
              "x86 host, not on the board's ARM cores. Every run is bit-exact with the int8 reference and checked "
              "against PyTorch (top-1, cosine).", "",

@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.measure import Measurement
 from rich.table import Table
 
-from toolkit.errors import one_line
+from toolkit.errors import WAIT, one_line
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -54,8 +54,6 @@ def say(message: str) -> None:
     err.print(message, markup=False)
 
 
-WAIT = "wait:"
-"""The prefix of the lines that say, off a terminal, what a command waits for."""
 WAIT_EVERY_S = 30.0
 """Off a terminal, how often a long wait says again that it still waits."""
 

@@ -51,6 +51,11 @@ class ClusterError(EdgetuneError):
     """A Ray cluster that cannot be started, reached or used (no Ray installed, a node refused, the head lost)."""
 
 
+WAIT = "wait:"
+"""The prefix of the lines that say, off a terminal, what a command waits for (beside ``error:`` and
+``warning:``, the only other lines a command prints on stderr before a one-line error)."""
+
+
 def error_line(exc: BaseException, *, first: bool = False) -> str:
     r"""The line of a (TVM, compiler) error message that says what went wrong, at most 300 characters.
 

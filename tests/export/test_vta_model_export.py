@@ -4,6 +4,7 @@ int8 (`export --model -b vta-fsim`), their convs VTA programs run in the simulat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from toolkit.manifest import MANIFEST
 from toolkit.rpc.tracker import ensure_local_rpc
 from toolkit.tuning.core.space import Config
 from toolkit.vta.compiler import check_config
+from toolkit.vta.program import Program
 from toolkit.vta.config import get_preset
 from toolkit.vta.errors import VTAError
 from toolkit.vta.reference import unpack_weight
@@ -220,7 +222,7 @@ def test_a_tuned_config_that_leaves_no_room_for_the_bias_falls_back_to_the_defau
     layer = build.extra["vta_layers"][0]
     assert layer["device"] == "vta" and layer["config_index"] != tight.index
     assert "the tuned one does not fit the bias" in layer["note"]
-    assert set(build.files) == {"model", "weights", "program:conv"} and plan.kernel == "conv"
+    assert set(build.files) == {"model", "weights", "program:vta0"} and plan.kernel == "conv"
 
 
 # -- a VTA board over RPC: a real agent (simulated VTA device) on the loopback tracker ---------------
@@ -307,10 +309,15 @@ def test_tampered_vta_model_packages_are_refused_in_one_line(digits_export, tmp_
     np.savez(c / "weights.npz", **{"3.weight": np.array([pickle.dumps(1)], dtype=object)})
     _rehash(c, "weights.npz")
     assert "re-export the model" in one_line_error(_invoke("run", c, "-b", "vta-fsim"))
-    d = copy("d")       # one layer's program swapped for another's, re-hashed
-    shutil.copyfile(d / "programs" / "7.vtaprog", d / "programs" / "3.vtaprog")
-    _rehash(d, "programs/3.vtaprog")
-    assert "region" in one_line_error(_invoke("run", d, "-b", "vta-fsim"))
+    d = copy("d")       # a program whose arena has no region for layer 7's weights, re-hashed
+    rel = next(v["program"] for v in json.loads((d / MANIFEST).read_text())["model"]["vta_layers"]
+               if v["layer"] == "7")
+    program = Program.load(d / rel)
+    program.regions = {k: dataclasses.replace(v, name="wgt:other" if k == "wgt:7" else k)
+                       for k, v in program.regions.items()}
+    program.save(d / rel)
+    _rehash(d, rel)
+    assert "layer 7's wgt region is missing" in one_line_error(_invoke("run", d, "-b", "vta-fsim"))
     with np.load(digits_export / "weights.npz") as npz:
         stored = {k: npz[k] for k in npz.files}
     w = stored["7.weight"]                               # a VTA layer's weights are stored packed

@@ -57,6 +57,25 @@ def test_executor_runs_program_bytes_and_refuses_other_hardware():
         other.run(prog.to_bytes(), inputs, 1)
 
 
+def test_a_loaded_program_keeps_its_weights_on_the_device_across_inputs():
+    """``load_program`` writes the weights once; each ``run`` writes its input alone and answers as a whole run
+    would; ``close`` frees the arena and the instruction stream."""
+    prog, inputs = _compiled()
+    device = SimulatedVTADevice(HW)
+    loaded = VTADriver(device, HW).load_program(prog, {"wgt": inputs["wgt"]})
+    held = dict(device.buffers)
+    for seed in (1, 2):
+        x = np.random.default_rng(seed).integers(-8, 8, size=prog.regions["inp"].shape).astype(np.int8)
+        got = loaded.run({"inp": x})
+        want = simulate(prog, {**inputs, "inp": x})
+        np.testing.assert_array_equal(got.outputs["out"], want.outputs["out"])
+        assert dict(device.buffers) == held          # nothing allocated per input
+    with pytest.raises(BoardError, match="has no DRAM region"):
+        loaded.run({"nope": x})
+    loaded.close()
+    assert not device.buffers
+
+
 def test_a_program_that_never_finishes_times_out():
     prog, inputs = _compiled()
 

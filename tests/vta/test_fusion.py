@@ -13,9 +13,11 @@ from toolkit.errors import ExportError
 from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.graph import INPUT, Graph, Layer, check_arrays, execute
+from toolkit.vta.merge import merge_segment
 from toolkit.vta.ops import OPS
 from toolkit.vta.pooling import Pooling, compile_maxpool
 from toolkit.vta.quantize import FloatModel, fuse_residuals, quantize, run_float
+from toolkit.vta.segments import vta_segments
 from toolkit.workloads import parse_workload
 
 HW = get_preset("pynq")
@@ -99,7 +101,7 @@ def fused_package(x: np.ndarray):
         layer = q.graph.layer(name)
         OPS[layer.op].to_vta(layer, stored, HW, batch=1)
         ep = epilogue(layer)
-        programs[name] = compile_conv2d(wl, default_config(wl, HW, **ep).values, HW, **ep).program.to_bytes()
+        programs[name] = compile_conv2d(wl, default_config(wl, HW, **ep).values, HW, **ep).program
     assert stored["c2.ident"].shape == (1, 1, 1, 1, 16, 16)
     # and a max pooling on VTA (its input, the block's output, is non-negative) before the global pooling
     pool = Layer("m", "maxpool", ["c2"], attrs={"kernel": [3, 3], "stride": [2, 2], "pad": [1, 1]})
@@ -107,8 +109,10 @@ def fused_package(x: np.ndarray):
     q.graph.layers[-1].inputs = ["m"]
     OPS["maxpool"].to_vta(pool, stored, HW, batch=1)
     q.arrays["m.ident"] = stored["m.ident"]
-    programs["m"] = compile_maxpool(Pooling((1, C, 8, 8), (3, 3), (2, 2), (1, 1)), HW).to_bytes()
-    return q, to_package(q.graph, stored, programs, HW.to_json())
+    programs["m"] = compile_maxpool(Pooling((1, C, 8, 8), (3, 3), (2, 2), (1, 1)), HW)
+    merged = {s.name: merge_segment(s, programs, {x.name: OPS[x.op].vta_arrays(x, stored) for x in s.layers})
+              .to_bytes() for s in vta_segments(q.graph)}
+    return q, to_package(q.graph, stored, merged, HW.to_json())
 
 
 def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
@@ -120,13 +124,13 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
     q, package = fused_package(x)
     calls = []
 
-    def run_program(program: bytes, named: dict) -> tuple[np.ndarray, float]:
-        calls.append(sorted(named))
-        res = simulate(Program.from_bytes(program), named)
-        return res.outputs["out"], res.seconds
+    def load_program(program: bytes, constants: dict):
+        calls.append(sorted(constants))
+        return lambda named: (lambda r: (r.outputs, r.seconds))(simulate(Program.from_bytes(program),
+                                                                         {**constants, **named}))
 
-    outputs, _, digests = run_package(package, x, run_program)
-    assert any({"bias", "ident", "inp", "res", "wgt"} <= set(c) for c in calls) and ["ident", "inp"] in calls
+    outputs, _, digests = run_package(package, x, load_program)
+    assert any({"bias:c2", "ident:c2", "wgt:c2", "ident:m"} <= set(c) for c in calls)
     for i in range(6):
         reference = execute(q.graph, q.arrays, x[i:i + 1])
         assert digests[i] == tensor_digests(reference, HW)
@@ -136,7 +140,7 @@ def test_a_fused_layer_runs_as_one_vta_program_bit_exact_through_a_package():
                             ("array:m.ident", np.zeros((1, 1, 1, 1, 16, 8), np.int8), "not one square block")):
         tampered = dict(package, **{key: bad})
         with pytest.raises(ExportError, match=words):
-            run_package(tampered, x, run_program)
+            run_package(tampered, x, load_program)
 
 
 def test_the_board_runs_a_fused_package_with_the_agents_modules_alone(tmp_path):
@@ -160,11 +164,13 @@ def test_the_board_runs_a_fused_package_with_the_agents_modules_alone(tmp_path):
               "from toolkit.vta.graph import run_package\n"
               "from toolkit.vta.program import Program\n"
               "from toolkit.vta.sim import simulate\n"
-              "def run(program, named):\n"
-              "    r = simulate(Program.from_bytes(program), named)\n"
-              "    return r.outputs['out'], r.seconds\n"
+              "def load(program, constants):\n"
+              "    def run(named):\n"
+              "        r = simulate(Program.from_bytes(program), {**constants, **named})\n"
+              "        return r.outputs, r.seconds\n"
+              "    return run\n"
               f"with np.load({str(tmp_path / 'package.npz')!r}) as npz: package = dict(npz)\n"
-              f"outputs, _, _ = run_package(package, np.load({str(tmp_path / 'x.npy')!r}), run)\n"
+              f"outputs, _, _ = run_package(package, np.load({str(tmp_path / 'x.npy')!r}), load)\n"
               f"np.save({str(tmp_path / 'out.npy')!r}, outputs[1][1])\n"
               "print(sorted(m for m in sys.modules if m.startswith('toolkit')))\n")
     r = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, timeout=300)

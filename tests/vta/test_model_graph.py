@@ -13,7 +13,9 @@ from toolkit.errors import ExportError
 from toolkit.vta.compiler import compile_conv2d
 from toolkit.vta.config import get_preset
 from toolkit.vta.graph import Graph, execute
+from toolkit.vta.merge import merge_segment
 from toolkit.vta.ops import OPS
+from toolkit.vta.segments import vta_segments
 from toolkit.vta.reference import FLOAT32_EXACT_TERMS, conv2d_int32, run_conv2d
 from toolkit.workloads import parse_workload
 
@@ -184,7 +186,9 @@ def _vta_package():
     stored = dict(arrays)
     OPS["conv"].to_vta(g.layer("c"), stored, HW, batch=1)       # packed once, at export
     assert stored["c.weight"].shape == (1, 1, 3, 3, 16, 16) and stored["c.bias"].shape == (1, 1, 1, 1, 1, 16)
-    return g, arrays, to_package(g, stored, {"c": program.to_bytes()}, HW.to_json())
+    segment = vta_segments(g)[0]
+    merged = merge_segment(segment, {"c": program}, {"c": OPS["conv"].vta_arrays(g.layer("c"), stored)})
+    return g, arrays, to_package(g, stored, {segment.name: merged.to_bytes()}, HW.to_json())
 
 
 def test_a_packaged_model_runs_bit_exact_through_a_program_runner():
@@ -196,14 +200,20 @@ def test_a_packaged_model_runs_bit_exact_through_a_program_runner():
     g, arrays, package = _vta_package()
     calls = []
 
-    def run_program(program: bytes, named: dict) -> tuple[np.ndarray, float]:
-        calls.append(sorted(named))
-        res = simulate(Program.from_bytes(program), named)
-        return res.outputs["out"], res.seconds
+    def load_program(program: bytes, constants: dict):
+        calls.append(("load", sorted(constants)))
+
+        def run(named: dict) -> tuple[dict, float]:
+            calls.append(("run", sorted(named)))
+            res = simulate(Program.from_bytes(program), {**constants, **named})
+            return res.outputs, res.seconds
+        return run
 
     x = np.random.default_rng(2).uniform(-1, 1, (3, 16, 4, 4)).astype(np.float32)
-    outputs, seconds, digests = run_package(package, x, run_program)
-    assert calls == [["bias", "inp", "wgt"]] * 3 and all(s["c"] > 0 for s in seconds)
+    outputs, seconds, digests = run_package(package, x, load_program)
+    # the weights go to the device once; each input only its own tensor
+    assert calls == [("load", ["bias:c", "wgt:c"])] + [("run", ["in:input"])] * 3
+    assert all(s["c"] > 0 for s in seconds)
     for i in range(3):
         ref = execute(g, arrays, x[i:i + 1])       # the reference from the unpacked (OIHW) arrays
         assert digests[i] == tensor_digests(ref, HW) and np.array_equal(outputs[i][0], ref.outputs[0])
@@ -213,7 +223,7 @@ def test_a_packaged_model_runs_bit_exact_through_a_program_runner():
 
 
 @pytest.mark.parametrize("change,words", [
-    (lambda p: p.pop("program:c"), "no program for VTA layer c"),
+    (lambda p: p.pop("program:vta0"), "no program for VTA layers c..c"),
     (lambda p: p.update(graph=np.frombuffer(b"{not json", np.uint8)), "not JSON"),
     (lambda p: p.pop("hardware"), "no hardware"),
     (lambda p: p.update({"array:c.weight": np.zeros((1, 2, 3, 3, 16, 16), np.int8)}), "do not fit its input"),

@@ -268,13 +268,26 @@ def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, outp
         rows.append(("written to", str(output)))
     console.table(f"model {ex.manifest.model['source']['model']} on {result.board}", ["", "value"], rows)
     if d.get("layers"):
+        first: dict = {}
+        for r in d["layers"]:
+            first.setdefault(r.get("segment"), [r["layer"], 0])[1] += 1
         console.table("per layer (last input)", ["layer", "op", "device", "latency"],
-                      [(r["layer"], r["op"], r["device"], f"{r['ms']:.4f} ms") for r in d["layers"]])
+                      [(r["layer"], r["op"], r["device"], _layer_ms(r, first)) for r in d["layers"]])
     elif result.per_layer:
         console.table("per conv (each kernel timed alone)",
                       ["conv", "workload", "schedule", "latency", "tuned latency"],
                       [(r["module"], r["workload"] or "-", r["schedule"], _ms(r["seconds"]), _ms(r["tuned_seconds"]))
                        for r in result.per_layer])
+
+
+def _layer_ms(row: dict, first: dict) -> str:
+    """A layer's latency; a VTA segment's layers run as one program, timed once, on its first layer's row."""
+    segment = row.get("segment")
+    if segment is None:
+        return f"{row['ms']:.4f} ms"
+    if first[segment][0] == row["layer"]:
+        return f"{row['ms']:.4f} ms (all {first[segment][1]} layers of program {segment})"
+    return f"in program {segment}"
 
 
 def _read_npy(path: Path, option: str = "--input") -> np.ndarray:

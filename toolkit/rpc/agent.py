@@ -101,17 +101,25 @@ def vta_run(program: Any, inputs: Any, repeat: int = 1) -> bytearray:
 
 def vta_run_model(package: Any, inputs: Any) -> bytearray:
     """Run a whole int8 model (``.npz`` of :func:`toolkit.vta.graph.to_package`) on every input of ``inputs`` (an
-    ``.npz`` of ``x``, inputs stacked on axis 0): its VTA layers on this board's executor, the other layers in
-    numpy here. Returns an ``.npz`` of ``out{i}_{k}`` (output ``k`` of input ``i``), ``__seconds__`` (inputs x
-    layers), ``__layers__`` and ``__digests__`` (JSON: layer names; crc32 of every int8 tensor per input) and
-    ``__board__``; a model that fails returns ``__error__``."""
+    ``.npz`` of ``x``, inputs stacked on axis 0): its VTA layers on this board's executor (each segment's program
+    and weights put on the device once for all inputs), the other layers in numpy here. Returns an ``.npz`` of
+    ``out{i}_{k}`` (output ``k`` of input ``i``), ``__seconds__`` (inputs x layers), ``__layers__`` and
+    ``__digests__`` (JSON: layer names; crc32 of every int8 tensor per input) and ``__board__``; a model that
+    fails returns ``__error__``."""
     import numpy as np
 
     from toolkit.vta.graph import run_package
 
-    def run_program(program: bytes, named: dict[str, Any]) -> tuple[Any, float]:
-        result = _executor().run(program, named, 1)
-        return result.outputs["out"], float(np.mean(result.seconds))
+    loaded: list[Any] = []
+
+    def load_program(program: bytes, constants: dict[str, Any]) -> Any:
+        on_device = _executor().load_program(program, constants)    # the weights written once for every input
+        loaded.append(on_device)
+
+        def run(named: dict[str, Any]) -> tuple[dict[str, Any], float]:
+            result = on_device.run(named)
+            return result.outputs, float(np.mean(result.seconds))
+        return run
 
     buf = io.BytesIO()
     board = np.frombuffer(str(_SETTINGS.get("name")).encode(), dtype=np.uint8)
@@ -120,11 +128,14 @@ def vta_run_model(package: Any, inputs: Any) -> bytearray:
             arrays = {k: npz[k] for k in npz.files}
         with np.load(io.BytesIO(bytes(inputs)), allow_pickle=False) as npz:
             x = npz["x"]
-        outputs, seconds, digests = run_package(arrays, x, run_program)
+        outputs, seconds, digests = run_package(arrays, x, load_program)
     except Exception as exc:  # noqa: BLE001 - a failing model is a result, not a lost board
         message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         np.savez(buf, __error__=np.frombuffer(message.encode(), dtype=np.uint8), __board__=board)
         return bytearray(buf.getvalue())
+    finally:
+        for on_device in loaded:
+            on_device.close()
     layers = list(seconds[0])
     np.savez(buf, __board__=board, __seconds__=np.asarray([[s[n] for n in layers] for s in seconds]),
              __layers__=np.frombuffer(json.dumps(layers).encode(), dtype=np.uint8),

@@ -274,47 +274,83 @@ class VTADriver:
         raise BoardError(f"VTA did not finish within {self.wait_polls} polls; reload the bitstream "
                          "(`edgetune board provision`) or power-cycle the board")
 
-    def run(self, program: Any, inputs: dict[str, np.ndarray], repeat: int = 1) -> RunResult:
-        """Copy inputs in, run ``repeat`` times (timed), copy outputs out."""
+    def load_program(self, program: Any, arrays: dict[str, np.ndarray]) -> LoadedProgram:
+        """Put ``program`` on the device: its DRAM allocated, its micro-ops and ``arrays`` (by region) written and
+        its instructions relocated there, once; :meth:`LoadedProgram.run` then runs it on what changes."""
         from toolkit.vta.isa import encode_insn
 
         if program.hw != self.hw:
             raise BoardError(f"program compiled for {program.hw.model} but the board runs {self.hw.model}; "
                              "recompile for this board's VTA config")
-        data = self.device.allocate(program.dram_bytes)
-        ibuf = None
+        loaded = LoadedProgram(self, program, self.device.allocate(program.dram_bytes))
         try:
             if "uop" in program.regions and program.uops:
                 r = program.regions["uop"]
                 words = program.uop_words().astype("<u%d" % self.hw.uop_bytes).view(np.uint8)
-                data[r.offset: r.offset + words.size] = words
-            for name, arr in inputs.items():
-                if name not in program.regions:
-                    raise BoardError(f"input {name!r} has no DRAM region; regions: {', '.join(program.regions)}")
-                r = program.regions[name]
-                a = np.ascontiguousarray(np.asarray(arr, dtype=r.dtype).reshape(r.shape)).view(np.uint8).reshape(-1)
-                data[r.offset: r.offset + a.size] = a
-            data.flush()
-            stream = b"".join(encode_insn(i, self.hw) for i in self._relocated(program, data.physical_address))
-            ibuf = self.device.allocate(len(stream))
-            ibuf[:] = np.frombuffer(stream, np.uint8)
-            ibuf.flush()
-            seconds = []
-            for _ in range(max(1, repeat)):
-                t0 = self.device.clock()
-                self.launch(ibuf.physical_address, len(program.insns))
-                seconds.append(self.device.clock() - t0)
-            data.invalidate()
-            outputs = {}
-            for name, r in program.regions.items():
-                if name == "out":
-                    nb = int(np.prod(r.shape, dtype=np.int64)) * np.dtype(r.dtype).itemsize
-                    outputs[name] = np.asarray(data[r.offset: r.offset + nb]).copy().view(r.dtype).reshape(r.shape)
-            return RunResult(outputs, seconds, self.device.counters())
+                loaded.data[r.offset: r.offset + words.size] = words
+            loaded.write(arrays)
+            stream = b"".join(encode_insn(i, self.hw) for i in self._relocated(program, loaded.data.physical_address))
+            loaded.ibuf = self.device.allocate(len(stream))
+            loaded.ibuf[:] = np.frombuffer(stream, np.uint8)
+            loaded.ibuf.flush()
+        except BaseException:
+            loaded.close()
+            raise
+        return loaded
+
+    def run(self, program: Any, inputs: dict[str, np.ndarray], repeat: int = 1) -> RunResult:
+        """Copy inputs in, run ``repeat`` times (timed), copy outputs out, free the program's memory."""
+        loaded = self.load_program(program, inputs)
+        try:
+            return loaded.run({}, repeat)
         finally:
-            self.device.free(data)
-            if ibuf is not None:
-                self.device.free(ibuf)
+            loaded.close()
+
+
+class LoadedProgram:
+    """A program on the device (:meth:`VTADriver.load_program`): its DRAM arena and instruction stream stay allocated
+    until :meth:`close`, so a model's weights are written once for all its inferences."""
+
+    def __init__(self, driver: VTADriver, program: Any, data: Any) -> None:
+        self.driver, self.program, self.data = driver, program, data
+        self.ibuf: Any = None
+
+    def write(self, arrays: dict[str, np.ndarray]) -> None:
+        """Write ``arrays`` into their regions of the arena."""
+        regions = self.program.regions
+        for name, arr in arrays.items():
+            if name not in regions:
+                raise BoardError(f"input {name!r} has no DRAM region; regions: {', '.join(regions)}")
+            r = regions[name]
+            a = np.ascontiguousarray(np.asarray(arr, dtype=r.dtype).reshape(r.shape)).view(np.uint8).reshape(-1)
+            self.data[r.offset: r.offset + a.size] = a
+        self.data.flush()
+
+    def run(self, inputs: dict[str, np.ndarray], repeat: int = 1) -> RunResult:
+        """Write ``inputs``, run ``repeat`` times (timed), read the outputs back."""
+        from toolkit.vta.program import is_output
+
+        self.write(inputs)
+        device = self.driver.device
+        seconds = []
+        for _ in range(max(1, repeat)):
+            t0 = device.clock()
+            self.driver.launch(self.ibuf.physical_address, len(self.program.insns))
+            seconds.append(device.clock() - t0)
+        self.data.invalidate()
+        outputs = {}
+        for name, r in self.program.regions.items():
+            if is_output(name):
+                nb = int(np.prod(r.shape, dtype=np.int64)) * np.dtype(r.dtype).itemsize
+                outputs[name] = np.asarray(self.data[r.offset: r.offset + nb]).copy().view(r.dtype).reshape(r.shape)
+        return RunResult(outputs, seconds, device.counters())
+
+    def close(self) -> None:
+        """Free the arena and the instruction stream."""
+        self.driver.device.free(self.data)
+        if self.ibuf is not None:
+            self.driver.device.free(self.ibuf)
+            self.ibuf = None
 
 
 class VTAExecutor:
@@ -332,6 +368,12 @@ class VTAExecutor:
         from toolkit.vta.program import Program
 
         return self.driver.run(Program.from_bytes(program_bytes), inputs, repeat)
+
+    def load_program(self, program_bytes: bytes, arrays: dict[str, np.ndarray]) -> LoadedProgram:
+        """Put a program binary and its constant ``arrays`` on the device (:meth:`VTADriver.load_program`)."""
+        from toolkit.vta.program import Program
+
+        return self.driver.load_program(Program.from_bytes(program_bytes), arrays)
 
 
 def make_executor(kind: str, bitstream: str | None = None, config: str | None = None) -> VTAExecutor:

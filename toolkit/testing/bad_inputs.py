@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.console import WAIT
+from toolkit.errors import WAIT
 
 SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"
 HEADER = json.dumps({"edgetune_log": 1, "edgetune": "0.1.0", "tvm": "0.27", "created": 0.0,

@@ -21,7 +21,7 @@ def one_line_error(result: Any, code: int = 2) -> str:
         output, exit_code = result.stderr, result.returncode
     else:
         output, exit_code = result.output, result.exit_code
-    from toolkit.console import WAIT
+    from toolkit.errors import WAIT
 
     lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(("warning:", WAIT))]
     assert exit_code == code, output

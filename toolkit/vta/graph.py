@@ -8,8 +8,9 @@ the classifier), then float32. Each op (``conv``, ``conv_add``: a conv and the r
 attributes, checks and int8 reference. A VTA conv runs the program the export holds, on packed tensors;
 consecutive VTA convs pass packed tensors without unpacking.
 
-:func:`execute` runs a graph: with ``vta=None`` every conv runs in numpy (the int8 reference), else VTA
-convs call ``vta(layer, packed_inputs)``. Board-side code needs only numpy and this package.
+:func:`execute` runs a graph: with ``vta=None`` every conv runs in numpy (the int8 reference), else each run of
+consecutive VTA layers (a :class:`~toolkit.vta.segments.Segment`, one program) calls ``vta(segment,
+packed_inputs)`` once. Board-side code needs only numpy and this package.
 
 >>> g = Graph.from_json({"input": {"shape": [1, 16, 4, 4], "exp": 6}, "outputs": ["r"],
 ...     "layers": [{"name": "r", "op": "relu", "inputs": ["input"]}]})
@@ -32,6 +33,7 @@ import numpy as np
 
 from toolkit.errors import ExportError
 from toolkit.vta.ops import OPS, Tensor
+from toolkit.vta.segments import Segment, arena_inputs, arena_outputs, vta_segments
 
 INPUT = "input"
 MAX_LAYERS = 10_000
@@ -158,8 +160,9 @@ class Execution:
         return float(sum(self.seconds.values()))
 
 
-VTACall = Callable[[Layer, list[np.ndarray]], tuple[np.ndarray, float]]
-"""Runs a VTA layer on its packed int8 inputs: (packed int8 output, seconds)."""
+VTACall = Callable[["Segment", dict[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
+"""Runs a segment of consecutive VTA layers (one program) on the packed int8 tensors it reads from outside it, by
+name: (each layer's packed int8 output by layer name, seconds)."""
 
 
 def quantize_input(x: np.ndarray, exp: int) -> np.ndarray:
@@ -175,15 +178,22 @@ def execute(graph: Graph, arrays: dict[str, np.ndarray], x: np.ndarray, *, vta: 
         raise ExportError(f"the model takes an input of shape {list(graph.input_shape)}, got {list(x.shape)}")
     tensors = {INPUT: Tensor(quantize_input(x, graph.input_exp), graph.input_exp)}
     seconds: dict[str, float] = {}
+    segments = {s.layers[0].name: s for s in vta_segments(graph)} if vta is not None else {}
     for layer in graph.layers:
         args = [tensors[n] for n in layer.inputs]
-        if layer.device == "vta" and vta is not None:
+        if layer.name in segments:
             from toolkit.vta.reference import pack_input
 
-            packed = [a.data if a.packed else pack_input(a.data, hw) for a in args]
-            out, seconds[layer.name] = vta(layer, packed)
-            exp = layer.attrs["exp"] if "exp" in OPS[layer.op].attrs else args[0].exp    # pooling keeps the scale
-            tensors[layer.name] = Tensor(out, exp, packed=True)
+            segment = segments[layer.name]
+            external = {n: tensors[n].data if tensors[n].packed else pack_input(tensors[n].data, hw)
+                        for n in segment.external()}
+            outs, took = vta(segment, external)    # type: ignore[misc]
+            for member in segment.layers:       # the segment's time is its first layer's
+                seconds[member.name] = took if member is layer else 0.0
+                exp = member.attrs["exp"] if "exp" in OPS[member.op].attrs else tensors[member.inputs[0]].exp
+                tensors[member.name] = Tensor(outs[member.name], exp, packed=True)    # pooling keeps the scale
+            continue
+        if layer.name in tensors:               # made by its segment
             continue
         t0 = clock()
         tensors[layer.name] = OPS[layer.op].run(layer, [Tensor(a.nchw(hw), a.exp) if a.packed else a for a in args],
@@ -196,7 +206,7 @@ def execute(graph: Graph, arrays: dict[str, np.ndarray], x: np.ndarray, *, vta: 
 # -- a whole model in one .npz: what the board agent's edgetune.vta.run_model takes --------------------------
 def to_package(graph: Graph, arrays: dict[str, np.ndarray], programs: dict[str, bytes],
                hardware: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The graph, its arrays, each VTA layer's program and the hardware config as plain arrays (``np.savez``)."""
+    """The graph, its arrays, each VTA segment's program and the hardware config as plain arrays (``np.savez``)."""
     def text(obj: Any) -> np.ndarray:
         return np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
 
@@ -206,7 +216,7 @@ def to_package(graph: Graph, arrays: dict[str, np.ndarray], programs: dict[str, 
 
 
 def from_package(package: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray], dict[str, bytes], Any]:
-    """(graph, arrays, programs, VTA config) of a package, every part checked."""
+    """(graph, arrays, programs by segment, VTA config) of a package, every part checked."""
     from toolkit.vta.config import VTAConfig
 
     def text(key: str) -> Any:
@@ -223,43 +233,53 @@ def from_package(package: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.nd
     arrays = {k.split(":", 1)[1]: v for k, v in package.items() if k.startswith("array:")}
     programs = {k.split(":", 1)[1]: v.tobytes() for k, v in package.items() if k.startswith("program:")}
     check_arrays(graph, arrays)
-    missing = [layer.name for layer in graph.layers if layer.device == "vta" and layer.name not in programs]
+    missing = [s for s in vta_segments(graph) if s.name not in programs]
     if missing:
-        raise ExportError(f"the model package has no program for VTA layer {missing[0]}; re-export the model")
+        raise ExportError(f"the model package has no program for VTA layers {missing[0].layers[0].name}.."
+                          f"{missing[0].layers[-1].name}; re-export the model")
     return graph, arrays, programs, hw
 
 
-ProgramCall = Callable[[bytes, dict[str, np.ndarray]], tuple[np.ndarray, float]]
-"""Runs one VTA program on named packed inputs (its regions: ``inp``, ``wgt``, ``bias``, ...): (packed output,
-seconds)."""
+ProgramRun = Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
+"""Runs a loaded VTA program on the arrays of one inference (by region): (the regions it wrote, by name; seconds)."""
+ProgramLoad = Callable[[bytes, dict[str, np.ndarray]], ProgramRun]
+"""Loads one VTA program with its constant arrays (by region), once for every inference of a package run: the
+weights are written to the device's memory once."""
 
 
-def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, run_program: ProgramCall
+def check_regions(program: Any, named: dict[str, np.ndarray], where: str) -> None:
+    """Every array of ``named`` has the shape of ``program``'s region of its name (:class:`ExportError`)."""
+    for region, arr in named.items():
+        r = program.regions.get(region)
+        if r is None or tuple(r.shape) != arr.shape:
+            kind, _, layer = region.partition(":")
+            what = f"layer {layer}'s {kind} region" if layer and kind not in ("in", "out") else f"{region} region"
+            raise ExportError(f"{where}: its program's {what} is {list(r.shape) if r is not None else 'missing'}, "
+                              f"its array {list(arr.shape)}; re-export the model")
+
+
+def run_package(package: dict[str, np.ndarray], inputs: np.ndarray, load_program: ProgramLoad
                 ) -> tuple[list[list[np.ndarray]], list[dict[str, float]], list[dict[str, int]]]:
-    """Every input of ``inputs`` (stacked on axis 0) through a packaged model, its VTA layers through
-    ``run_program``: (outputs per input, seconds per layer per input, crc32 of every int8 tensor per input)."""
+    """Every input of ``inputs`` (stacked on axis 0) through a packaged model, each VTA segment's program loaded
+    once by ``load_program``: (outputs per input, seconds per layer per input, crc32 of every int8 tensor per
+    input)."""
     from toolkit.vta.program import Program
 
     graph, arrays, programs, hw = from_package(package)
     n = graph.input_shape[0]
     if inputs.ndim != 4 or tuple(inputs.shape[1:]) != tuple(graph.input_shape[1:]) or inputs.shape[0] % n:
         raise ExportError(f"the model takes inputs of shape {list(graph.input_shape)}, got {list(inputs.shape)}")
-    packed = {}
-    for layer in graph.layers:
-        if layer.device == "vta":      # weights and bias are stored packed: nothing is packed here
-            prog = Program.from_bytes(programs[layer.name])
-            named = OPS[layer.op].vta_arrays(layer, arrays)
-            for region, arr in named.items():
-                if region in prog.regions and tuple(prog.regions[region].shape) != arr.shape:
-                    raise ExportError(f"layer {layer.name}: its program's {region} region is "
-                                      f"{list(prog.regions[region].shape)}, its array {list(arr.shape)}; "
-                                      "re-export the model")
-            packed[layer.name] = (programs[layer.name], tuple(prog.regions["out"].shape), named)
+    constants = {}
+    for segment in vta_segments(graph):     # weights and bias are stored packed: nothing is packed here
+        prog = Program.from_bytes(programs[segment.name])
+        constants[segment.name] = arena_inputs(segment, {}, {layer.name: OPS[layer.op].vta_arrays(layer, arrays)
+                                                             for layer in segment.layers})
+        check_regions(prog, constants[segment.name], f"VTA segment {segment.name}")
+    loaded = {name: load_program(programs[name], arrays_) for name, arrays_ in constants.items()}
 
-    def on_vta(layer: Layer, xs: list[np.ndarray]) -> tuple[np.ndarray, float]:
-        program, shape, named = packed[layer.name]
-        out, seconds = run_program(program, {**dict(zip(OPS[layer.op].vta_inputs, xs)), **named})
-        return np.asarray(out).reshape(shape), seconds
+    def on_vta(segment: Segment, external: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        outs, seconds = loaded[segment.name](arena_inputs(segment, external, {}))
+        return arena_outputs(segment, outs), seconds
 
     outputs, seconds, digests = [], [], []
     for i in range(0, inputs.shape[0], n):

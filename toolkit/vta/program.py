@@ -81,11 +81,20 @@ class Region:
 
 def region_align(hw: VTAConfig, name: str) -> int:
     """The byte alignment of a region: 256 and a whole number of its DRAM elements (instructions address
-    DRAM in elements: a weight element of a 32x32 block is 1024 bytes)."""
+    DRAM in elements: a weight element of a 32x32 block is 1024 bytes). A merged program's regions are named
+    ``KIND:OWNER`` (:mod:`toolkit.vta.merge`); its tensors (``in:``, ``out:``) are stored and loaded alike."""
+    kind, _, owner = name.partition(":")
+    if owner and kind in ("in", "out"):
+        return math.lcm(ALIGN, hw.inp_elem_bytes, hw.out_elem_bytes)
     elem = {"inp": hw.inp_elem_bytes, "wgt": hw.wgt_elem_bytes, "bias": hw.acc_elem_bytes, "out": hw.out_elem_bytes,
             "res": hw.inp_elem_bytes, "ident": hw.wgt_elem_bytes, "shift": hw.acc_elem_bytes,
-            "uop": hw.uop_bytes}.get(name, 1)
+            "uop": hw.uop_bytes}.get(kind, 1)
     return math.lcm(ALIGN, elem)
+
+
+def is_output(name: str) -> bool:
+    """A region read back after a run: ``out``, and a merged program's tensors ``out:NAME``."""
+    return name == "out" or name.startswith("out:")
 
 
 def allocate_regions(hw: VTAConfig, tensors: list[tuple[str, tuple, str]], n_uops: int) -> dict[str, Region]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from toolkit.vta.errors import FinishOrderError, SimulatorBoundsError, VTAError
 from toolkit.vta.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemId, MemInsn, Opcode, queue_of
-from toolkit.vta.program import Program
+from toolkit.vta.program import Program, is_output
 from toolkit.vta.timing import PYNQ_CALIBRATED, TimingParams, dram_elem_bytes, schedule, seconds
 
 CHUNK = 1 << 18
@@ -340,11 +340,12 @@ class _Machine:
         return "alu_counter", work
 
     def outputs(self) -> dict[str, np.ndarray]:
+        """The ``out`` region and a merged program's ``out:`` tensors."""
         out = {}
-        if "out" in self.program.regions:
-            r = self.program.regions["out"]
-            nb = int(np.prod(r.shape, dtype=np.int64)) * np.dtype(r.dtype).itemsize
-            out["out"] = self.dram[r.offset: r.offset + nb].copy().view(r.dtype).reshape(r.shape)
+        for name, r in self.program.regions.items():
+            if is_output(name):
+                nb = int(np.prod(r.shape, dtype=np.int64)) * np.dtype(r.dtype).itemsize
+                out[name] = self.dram[r.offset: r.offset + nb].copy().view(r.dtype).reshape(r.shape)
         return out
 
 

@@ -7,17 +7,18 @@ requantisation (bias at the accumulator scale, the layer's shift, ReLU or not, t
 or, untuned, the largest tiles that fit (:func:`default_config`), and every max pooling of a non-negative input
 (:mod:`toolkit.vta.pooling`), and writes the package: ``graph.json`` (the int8 graph),
 ``weights.npz`` (int8 weights, int32 biases, the float32 classifier; no pickles) and
-``programs/<layer>.vtaprog``. :func:`run_vta_model` loads a package back (every array and program checked)
-and runs it: on ``vta-fsim`` in this process (VTA convs in the simulator, the other layers in numpy), on a
-VTA board in one call of its agent (:func:`run_vta_model_on_agent`: VTA convs on its device, the other layers in
-numpy on the board), each inference checked bit for bit against the graph's int8 reference.
+``programs/vta<k>.vtaprog``, one program per run of consecutive VTA layers (:mod:`toolkit.vta.merge`: one kernel
+call, one DRAM arena that keeps the activations between layers). :func:`run_vta_model` loads a package back
+(every array and program checked) and runs it: on ``vta-fsim`` in this process (VTA layers in the simulator, the
+other layers in numpy), on a VTA board in one call of its agent (:func:`run_vta_model_on_agent`: VTA layers on
+its device, the other layers in numpy on the board), each inference checked bit for bit against the graph's
+int8 reference.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,14 +103,21 @@ def _maxpool_program(q: Any, layer: Layer, hw: VTAConfig) -> tuple[Any, str]:
         return None, f"no VTA program fits it ({exc})"
 
 
-def _write_program(folder: Path, files: dict[str, str], layer: Layer, program: Any) -> str:
-    """Write a VTA layer's program into the package and list it; its path in the package."""
-    rel = f"{PROGRAMS}/{_file_stem(layer.name)}.vtaprog"
-    if rel in files.values():
-        raise ExportError(f"two layers map to the program file {rel}; rename the model's modules")
-    (folder / rel).write_bytes(program.to_bytes())
-    files[f"program:{layer.name}"] = rel
-    return rel
+def _write_segments(folder: Path, files: dict[str, str], graph: Graph, arrays: dict[str, np.ndarray],
+                    programs: dict[str, Any]) -> dict[str, str]:
+    """Merge each run of consecutive VTA layers' programs into one (:mod:`toolkit.vta.merge`: one kernel call, one
+    DRAM arena, activations left in it), write and list it; each layer's program file in the package."""
+    from toolkit.vta.merge import merge_segment
+    from toolkit.vta.segments import vta_segments
+
+    where = {}
+    for segment in vta_segments(graph):
+        constants = {layer.name: OPS[layer.op].vta_arrays(layer, arrays) for layer in segment.layers}
+        rel = f"{PROGRAMS}/{segment.name}.vtaprog"
+        (folder / rel).write_bytes(merge_segment(segment, programs, constants).to_bytes())
+        files[f"program:{segment.name}"] = rel
+        where.update(dict.fromkeys(segment.produced, rel))
+    return where
 
 
 def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], folder: Path, *,
@@ -153,7 +161,8 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
                           "); export it for a CPU board (-b local)")
     (folder / PROGRAMS).mkdir()
     files = {"model": GRAPH, "weights": WEIGHTS}
-    layers_info = []
+    layers_info: list[dict[str, Any]] = []
+    programs: dict[str, Any] = {}
     for layer, plan in zip(conv_layers, plans):
         wl, config = conv_workload(q, layer), plan.config
         plan.kernel = layer.name
@@ -181,9 +190,8 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
             fits = "the bias and residual" if "residual" in ep else "the bias"
             why = f"config #{config.index} (largest tiles that fit): the tuned one does not fit {fits} ({exc})"
             compiled = compile_conv2d(wl, config.values, hw, **ep)
-        rel = _write_program(folder, files, layer, compiled.program)
-        layers_info.append({"layer": layer.name, "op": layer.op, "device": "vta", "program": rel,
-                            "config_index": config.index,
+        programs[layer.name] = compiled.program
+        layers_info.append({"layer": layer.name, "op": layer.op, "device": "vta", "config_index": config.index,
                             "config": config.values, "note": why,
                             "instructions": len(compiled.program.insns),
                             **({"why": "the residual add, inside its conv's program"} if "residual" in ep else {})})
@@ -192,8 +200,8 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         program, pool_why[layer.name] = _maxpool_program(q, layer, hw)
         if program is not None:
             OPS["maxpool"].to_vta(layer, q.arrays, hw, batch=q.shapes[layer.inputs[0]][0])
+            programs[layer.name] = program
             layers_info.append({"layer": layer.name, "op": "maxpool", "device": "vta",
-                                "program": _write_program(folder, files, layer, program),
                                 "instructions": len(program.insns),
                                 "why": "ALU MAX over the window (its input is non-negative: pooling from zero, with "
                                        "zero padding, is exact)"})
@@ -202,6 +210,10 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
                      "why": unfused.get(layer.name) or pool_why.get(layer.name) or OPS[layer.op].cpu_why}
                     for layer in q.graph.layers
                     if layer.op not in CONVS and layer.name not in listed]
+    where = _write_segments(folder, files, q.graph, q.arrays, programs)
+    for info in layers_info:
+        if info["layer"] in where:
+            info["program"] = where[info["layer"]]
     (folder / GRAPH).write_text(json.dumps(q.graph.to_json(), indent=1) + "\n")
     buf = io.BytesIO()
     np.savez(buf, **q.arrays)
@@ -210,15 +222,16 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
     pools = sum(1 for i in layers_info if i["op"] == "maxpool" and i["device"] == "vta")
     extra = {"calibration": calib_info, "vta_layers": layers_info,
              "params": f"int8 weights and int32 biases in {WEIGHTS} (a VTA layer's packed in VTA's layout); {on_vta} "
-                       f"of {len(conv_layers)} convs and {pools} max pooling layers are VTA programs in {PROGRAMS}/, "
-                       "the other layers run in numpy on the board's CPU"}
+                       f"of {len(conv_layers)} convs and {pools} max pooling layers run on VTA, each run of "
+                       f"consecutive VTA layers one program in {PROGRAMS}/ (one kernel call, one DRAM arena); the "
+                       "other layers run in numpy on the board's CPU"}
     return ModelBuild(files, extra)
 
 
 @dataclass
 class VTAModel:
-    """A loaded package: the graph, its arrays, each VTA conv's program (and its file's bytes) and packed weights
-    and bias."""
+    """A loaded package: the graph, its arrays, each VTA segment's program (and its file's bytes) by segment name,
+    and each VTA layer's packed constant arrays by layer."""
 
     graph: Graph
     arrays: dict[str, np.ndarray]
@@ -232,7 +245,9 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
     """Read a package back; :class:`ExportError` naming what is wrong (the files are hashed already)."""
     from toolkit.vta.config import VTAConfig
     from toolkit.vta.errors import VTAError
+    from toolkit.vta.graph import check_regions
     from toolkit.vta.program import Program
+    from toolkit.vta.segments import arena_inputs, vta_segments
 
     files = model["files"]
     where = str(folder / files["model"])
@@ -246,26 +261,23 @@ def load_vta_model(folder: Path, model: dict[str, Any], hardware: dict[str, Any]
     raw: dict[str, bytes] = {}
     packed: dict[str, dict[str, np.ndarray]] = {}
     check_arrays(graph, arrays)
-    for layer in graph.layers:
-        if layer.device != "vta":
-            continue
-        rel = files.get(f"program:{layer.name}")
+    for segment in vta_segments(graph):
+        rel = files.get(f"program:{segment.name}")
         if rel is None:
-            raise ExportError(f"{where}: VTA layer {layer.name} has no program file; re-export the model")
+            raise ExportError(f"{where}: VTA layers {segment.layers[0].name}..{segment.layers[-1].name} have no "
+                              f"program file ({segment.name}); re-export the model")
         try:
-            raw[layer.name] = (folder / rel).read_bytes()
-            prog = Program.from_bytes(raw[layer.name])
+            raw[segment.name] = (folder / rel).read_bytes()
+            prog = Program.from_bytes(raw[segment.name])
         except VTAError as exc:
             raise ExportError(f"{rel}: {exc}") from None
         if prog.hw.to_json() != hw.to_json():
             raise ExportError(f"{rel} is built for VTA {prog.hw.bitstream}, the export for {hw.bitstream}; "
                               "re-export the model")
-        packed[layer.name] = OPS[layer.op].vta_arrays(layer, arrays)
-        for region, arr in packed[layer.name].items():
-            if region in prog.regions and tuple(prog.regions[region].shape) != arr.shape:
-                raise ExportError(f"{rel}: its {region} region is {list(prog.regions[region].shape)}, the layer's "
-                                  f"{list(arr.shape)}; re-export the model")
-        programs[layer.name] = prog
+        for layer in segment.layers:
+            packed[layer.name] = OPS[layer.op].vta_arrays(layer, arrays)
+        check_regions(prog, arena_inputs(segment, {}, packed), rel)
+        programs[segment.name] = prog
     return VTAModel(graph, arrays, hw, programs, packed, raw)
 
 
@@ -295,15 +307,16 @@ def run_vta_model(vm: VTAModel, inputs: Sequence[np.ndarray]) -> VTAModelRun:
     """Run every input through ``vm`` in this process, its VTA layers in the simulator (seconds modelled), each
     tensor compared with the int8 reference."""
     from toolkit.vta.errors import VTAError
+    from toolkit.vta.segments import Segment, arena_inputs, arena_outputs
     from toolkit.vta.sim import simulate
 
-    def on_vta(layer: Layer, packed_inputs: list[np.ndarray]) -> tuple[np.ndarray, float]:
-        prog = vm.programs[layer.name]
+    def on_vta(segment: Segment, external: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
         try:
-            res = simulate(prog, {**dict(zip(OPS[layer.op].vta_inputs, packed_inputs)), **vm.packed[layer.name]})
+            res = simulate(vm.programs[segment.name], arena_inputs(segment, external, vm.packed))
         except VTAError as exc:
-            raise ExportError(f"layer {layer.name} failed in the simulator: {exc}") from None
-        return np.asarray(res.outputs["out"]).reshape(prog.regions["out"].shape), float(res.seconds)
+            raise ExportError(f"VTA layers {segment.layers[0].name}..{segment.layers[-1].name} failed in the "
+                              f"simulator: {exc}") from None
+        return arena_outputs(segment, res.outputs or {}), float(res.seconds)
 
     outputs, costs, last = [], [], None
     bit_exact, mismatch = True, ""
@@ -353,8 +366,13 @@ def run_vta_model_on_agent(vm: VTAModel, inputs: Sequence[np.ndarray], runner: A
 
 
 def _layers(vm: VTAModel, seconds: dict[str, float]) -> list[dict[str, Any]]:
-    return [{"layer": layer.name, "op": layer.op, "device": layer.device, "seconds": seconds.get(layer.name, 0.0)}
-            for layer in vm.graph.layers]
+    """Per layer: op, device, seconds; a VTA layer names its segment, whose one program's time is its first
+    layer's."""
+    from toolkit.vta.segments import vta_segments
+
+    segment = {layer.name: s.name for s in vta_segments(vm.graph) for layer in s.layers}
+    return [{"layer": layer.name, "op": layer.op, "device": layer.device, "seconds": seconds.get(layer.name, 0.0),
+             **({"segment": segment[layer.name]} if layer.name in segment else {})} for layer in vm.graph.layers]
 
 
 def _text(a: np.ndarray) -> str:
@@ -386,7 +404,3 @@ def _digest(a: np.ndarray) -> str:
     import hashlib
 
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-
-
-def _file_stem(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:120]
