@@ -1,20 +1,21 @@
 """Everyday commands: how long the commands a user types all day take, each in a fresh process.
 
-    python -m bench.bench_everyday [--repeat 5] [--write-docs]
+    python -m bench.bench_everyday [--repeat 5] [--repeat-long 3] [--baseline REV] [--write-docs]
 
 Each command runs ``--repeat`` times as ``python -m toolkit ...`` in a fresh process with an empty
 inventory and state (process start included, as a user sees it); the figure is the median wall time.
 Target: every one under 1.5 s. The long commands (tuning, exporting and running a model) run
 ``--repeat-long`` times on a pseudo-terminal and into a pipe: the seconds to their first output and their
 longest silence, against a target of 2 s. A board that never comes (a tracker, no agent) is waited for as
-``--wait-board`` says: the wait against it, target 1.5x. ``--previous RESULTS_JSON`` puts an earlier run's
-medians beside. Results: ``bench/out/everyday.json`` and, with ``--write-docs``, the "Everyday commands"
-section of bench/archive.md.
+``--wait-board`` says: the wait against it, target 1.5x. ``--baseline REV`` runs the long commands with the code
+of another revision too, in the same rounds, for a before/after on one machine state. Results:
+``bench/out/everyday.json`` and, with ``--write-docs``, the "Everyday commands" section of bench/archive.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolkit.harness import environment, write_doc_section
@@ -74,30 +76,40 @@ def measure(repeat: int) -> list[dict]:
     return rows
 
 
-def measure_long(repeat: int) -> list[dict]:
+def measure_long(repeat: int, baseline: Path | None = None) -> list[dict]:
     """Seconds to the first output, longest silence and wall time of each long command on a terminal, and first
-    output and longest silence into a pipe (medians over ``repeat`` rounds of the whole sequence)."""
+    output and longest silence into a pipe (medians over ``repeat`` rounds of the whole sequence); with
+    ``baseline`` (another checkout) its wall time on a terminal too, in the same rounds, in a home of its own."""
     from toolkit.testing.terminal import on_a_terminal
 
-    runs: dict[str, dict[bool, list]] = {}
-    with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home:
-        env = _fresh_env(home)
+    runs: dict[str, dict[str, list]] = {}
+    with tempfile.TemporaryDirectory(prefix="edgetune-everyday-") as home, \
+            tempfile.TemporaryDirectory(prefix="edgetune-everyday-before-") as before:
+        variants = [("terminal", home, ROOT), ("pipe", home, ROOT)] + ([("before", before, baseline)]
+                                                                       if baseline else [])
         for _ in range(repeat):
             for argv in LONG:
-                for terminal in (True, False):
+                for variant, folder, code in variants:
                     for log in ("v.jsonl", "l.jsonl"):
-                        Path(home, log).unlink(missing_ok=True)
-                    r = on_a_terminal(argv, env=env, cwd=home, timeout=600, terminal=terminal)
+                        Path(folder, log).unlink(missing_ok=True)
+                    env = {**_fresh_env(folder), "PYTHONPATH": str(code)}
+                    r = on_a_terminal(argv, env=env, cwd=folder, timeout=600, terminal=variant != "pipe")
                     if r.returncode != 0:
-                        raise SystemExit(f"edgetune {' '.join(argv)} failed: {r.text[-300:]}")
-                    runs.setdefault("edgetune " + " ".join(argv), {}).setdefault(terminal, []).append(r)
-    return [{"command": cmd, "first_output_s": statistics.median(r.first_output_s for r in rs[True]),
-             "longest_silence_s": statistics.median(r.longest_silence_s for r in rs[True]),
-             "worst_silence_s": max(r.longest_silence_s for r in rs[True]),
-             "pipe_first_output_s": statistics.median(r.first_output_s for r in rs[False]),
-             "pipe_worst_silence_s": max(r.longest_silence_s for r in rs[False]),
-             "median_s": statistics.median(r.wall_s for r in rs[True]), "min_s": min(r.wall_s for r in rs[True]),
-             "max_s": max(r.wall_s for r in rs[True])} for cmd, rs in runs.items()]
+                        raise SystemExit(f"edgetune {' '.join(argv)} ({variant}) failed: {r.text[-300:]}")
+                    runs.setdefault("edgetune " + " ".join(argv), {}).setdefault(variant, []).append(r)
+    rows = []
+    for cmd, rs in runs.items():
+        term, pipe = rs["terminal"], rs["pipe"]
+        rows.append({"command": cmd, "first_output_s": statistics.median(r.first_output_s for r in term),
+                     "longest_silence_s": statistics.median(r.longest_silence_s for r in term),
+                     "worst_silence_s": max(r.longest_silence_s for r in term),
+                     "pipe_first_output_s": statistics.median(r.first_output_s for r in pipe),
+                     "pipe_worst_silence_s": max(r.longest_silence_s for r in pipe),
+                     "median_s": statistics.median(r.wall_s for r in term), "min_s": min(r.wall_s for r in term),
+                     "max_s": max(r.wall_s for r in term),
+                     **({"before_median_s": statistics.median(r.wall_s for r in rs["before"])}
+                        if "before" in rs else {})})
+    return rows
 
 
 def measure_waits() -> list[dict]:
@@ -132,11 +144,10 @@ def measure_waits() -> list[dict]:
 
 def markdown(result: dict) -> str:
     env, rows, long = result["environment"], result["rows"], result.get("long") or []
-    before = {r["command"]: r["median_s"] for r in (result.get("previous") or {}).get("rows", [])
-              + (result.get("previous") or {}).get("long", [])}
+    before = {r["command"]: r["before_median_s"] for r in long if "before_median_s" in r}
 
     def was(cmd: str) -> str:
-        return f"{before[cmd]:.2f}" if cmd in before else "-"
+        return f"{before[cmd]:.1f}" if cmd in before else "-"
 
     slowest = max(rows, key=lambda r: r["median_s"])
     table = "\n".join(f"| `{r['command']}` | {r['median_s']:.2f} | {r['min_s']:.2f}-{r['max_s']:.2f} | "
@@ -147,8 +158,8 @@ def markdown(result: dict) -> str:
                      f"{_pipe(r, 'pipe_worst_silence_s')} |" for r in long)
     verdict = "within" if slowest["median_s"] < TARGET_S else "over"
     command = f"python -m bench.bench_everyday --repeat {result['repeat']} --repeat-long {result.get('repeat_long', 0)}"
-    if result.get("previous"):
-        command += f" --previous {result['previous_path']}"
+    if result.get("baseline"):
+        command += f" --baseline {result['baseline']}"
     text = f"""{SECTION}
 
 Machine: {env['machine']}; Python {env['python']}, apache-tvm {env['tvm']}. Date: {env['date']}.
@@ -156,11 +167,11 @@ Command: `{command} --write-docs`.
 Each command in a fresh process (`python -m toolkit ...`, process start included), empty inventory and state;
 median of {result['repeat']} runs. Target for these quick commands: under {TARGET_S} s each. **Slowest:
 `{slowest['command']}`, {slowest['median_s']:.2f} s** ({verdict} the target)."""
-    if result.get("previous"):
-        penv = result["previous"]["environment"]
+    if result.get("baseline"):
         text += f"""
 
-"before": the median of the run of {penv['date']} ({penv['machine']}), kept in `{result['previous_path']}`."""
+"before": the same commands with the code of {result['baseline']} (a checkout of it, its own empty home), in
+the same rounds on this machine, on a terminal."""
     if long:
         worst = max(long, key=lambda r: r["worst_silence_s"])
         text += f"""
@@ -194,6 +205,24 @@ Target: the wait within {WAIT_FACTOR:g}x of what was announced.
     return text
 
 
+@contextlib.contextmanager
+def _checkout(revision: str | None) -> Iterator[Path | None]:
+    """A temporary checkout of ``revision`` of this repository (``None``: none)."""
+    if revision is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="edgetune-baseline-") as folder:
+        try:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", folder, revision], check=True,
+                           capture_output=True)
+        except subprocess.CalledProcessError as exc:
+            raise SystemExit(f"--baseline {revision}: {exc.stderr.decode().strip()[-200:]}") from None
+        try:
+            yield Path(folder)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", folder], capture_output=True)
+
+
 def _pipe(row: dict, key: str) -> str:
     return f"{row[key]:.1f}" if key in row else "-"
 
@@ -203,18 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--repeat-long", type=int, default=3, help="rounds of the long commands (0: none)")
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--previous", type=Path, help="an earlier run's results JSON, its medians put beside")
+    parser.add_argument("--baseline", help="a git revision whose code runs the long commands too, in the same "
+                                               "rounds (its checkout made in a temporary folder)")
     parser.add_argument("--doc-only", action="store_true", help="rewrite the docs from bench/out/everyday.json")
     args = parser.parse_args(argv)
     if args.doc_only:
         result = json.loads(OUT.read_text())
     else:
-        result = {"environment": environment("python -m bench.bench_everyday"), "repeat": args.repeat,
-                  "rows": measure(args.repeat), "repeat_long": args.repeat_long,
-                  "long": measure_long(args.repeat_long) if args.repeat_long else [], "waits": measure_waits()}
-    if args.previous:
-        result["previous"] = json.loads(args.previous.read_text())
-        result["previous_path"] = args.previous.resolve().relative_to(ROOT).as_posix()
+        with _checkout(args.baseline) as baseline:
+            result = {"environment": environment("python -m bench.bench_everyday"), "repeat": args.repeat,
+                      "rows": measure(args.repeat), "repeat_long": args.repeat_long, "baseline": args.baseline,
+                      "long": measure_long(args.repeat_long, baseline) if args.repeat_long else [],
+                      "waits": measure_waits()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))

@@ -57,3 +57,41 @@ def test_off_a_terminal_a_long_wait_says_it_still_waits(monkeypatch, capsys):
     with console.waiting("quick"):
         pass
     assert capsys.readouterr().err.splitlines() == ["wait: quick"]
+
+
+def test_every_summary_says_how_long_the_whole_command_took(tmp_path):
+    """export and run (a model, kernels) and tune end with the command's time, start-up included."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli.app import app
+
+    cli = CliRunner()
+    took = re.compile(r"the command (took )?[\d.]+ s")
+    r = cli.invoke(app, ["tune", "-w", "conv2d:H=8,W=8,CI=16,CO=16,K=3,S=1,P=1", "-t", "random", "-n", "2",
+                         "--log", str(tmp_path / "k.jsonl")])
+    assert r.exit_code == 0 and re.search(r"the command: [\d.]+ s, start-up included", r.output), r.output
+    for args in (["export", "--log", str(tmp_path / "k.jsonl"), "--out", str(tmp_path / "k")],
+                 ["run", str(tmp_path / "k"), "-b", "vta-fsim"],
+                 ["export", "--model", "resnet18", "-b", "vta-fsim", "--out", str(tmp_path / "m")],
+                 ["run", str(tmp_path / "m"), "-b", "vta-fsim", "--no-check"]):
+        r = cli.invoke(app, args)
+        assert r.exit_code == 0 and took.search(" ".join(r.output.split())), (args, r.output[-2000:])
+
+
+def test_plain_progress_says_when_a_task_starts_and_a_transient_bar_its_status(monkeypatch, capsys):
+    """Off a terminal a task's first line comes when it starts; a transient bar (a wait inside a command) prints its
+    status as ``wait:`` lines, at most one per ``status_every_s``."""
+    from toolkit import console
+
+    with console.PlainProgress() as bar:
+        task = bar.add_task("tune random C5", total=8, status="")
+        bar.update(task, completed=1)
+    assert capsys.readouterr().err.splitlines() == ["tune random C5: 0/8", "tune random C5: 1/8"]
+    monkeypatch.setattr(console.PlainProgress, "status_every_s", 0.3)
+    with console.PlainProgress(transient=True) as bar:
+        task = bar.add_task("export", total=None, status="")
+        bar.update(task, status="building conv1")
+        bar.update(task, status="building conv2")            # too soon: not said
+        time.sleep(0.35)
+        bar.update(task, status="building conv3")
+    assert capsys.readouterr().err.splitlines() == ["wait: export: building conv1", "wait: export: building conv3"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import threading
 import time
@@ -87,6 +88,14 @@ def waiting(message: str) -> Iterator[None]:
         err.print(f"{WAIT} {text}: done in {time.monotonic() - t0:.1f} s", markup=True)
 
 
+def command_seconds() -> float:
+    """Seconds since this process started: what a summary says the whole command took (imports, board start-up
+    and tracing included)."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
 def _one_line(message: str) -> str:
     """``message`` on one line, Rich's markup escaped."""
     return one_line(message, limit=None).replace("[", r"\[")
@@ -114,16 +123,19 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
 
 
 class PlainProgress:
-    """Progress as plain lines on stderr, for logs and pipes (no terminal): one line each time a task passes
-    another tenth of its total, or every :attr:`every_s` seconds while it advances, and its last state when
-    the job ends. A task that never advances prints nothing. The subset of rich's ``Progress`` edgetune uses."""
+    """Progress as plain lines on stderr, for logs and pipes (no terminal): a line when a task starts, one each
+    time it passes another tenth of its total, or every :attr:`every_s` seconds while it advances, and its last
+    state when the job ends. The subset of rich's ``Progress`` edgetune uses."""
 
     every_s = 30.0
+    status_every_s = 2.0
 
     def __init__(self, transient: bool = False) -> None:
         self._tasks: dict[int, dict[str, Any]] = {}
         self.transient = transient
-        """A transient bar (a short wait inside a command) prints no lines at all."""
+        """A transient bar (a wait inside a command) prints only its status as it changes, a ``wait:`` line at most
+        every :attr:`status_every_s` seconds."""
+        self._said = -math.inf
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -137,6 +149,8 @@ class PlainProgress:
         task_id = len(self._tasks)
         self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "fields": fields,
                                 "printed": 0, "at": time.monotonic()}
+        if not self.transient:
+            self._print(self._tasks[task_id])
         return task_id
 
     def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
@@ -146,6 +160,10 @@ class PlainProgress:
             t["total"] = total
         if description is not None:
             t["description"] = description
+        if self.transient and fields.get("status") and fields["status"] != t["fields"].get("status") \
+                and time.monotonic() - self._said >= self.status_every_s:
+            err.print(f"{WAIT} {t['description']}: {_one_line(fields['status'])}", markup=True)
+            self._said = time.monotonic()
         t["fields"].update(fields)
         if advance:
             t["completed"] += advance

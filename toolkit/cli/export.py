@@ -130,7 +130,7 @@ def export(
         parts = [f"{counts['tuned']} convs tuned", f"{counts['fallback']} with the untuned fallback config",
                  f"{counts['tvm']} by TVM's default lowering", f"{counts['cpu']} int8 on the CPU"]
         console.info(", ".join(p for p in parts if not p.startswith("0 ") or "convs" in p or "fallback" in p)
-                     + f"; manifest: {out / 'manifest.json'}")
+                     + f"; manifest: {out / 'manifest.json'}; the command took {console.command_seconds():.1f} s")
         calib = manifest.model.get("calibration") or {}
         if calib.get("source") == "synthetic":
             console.warn(f"calibrated on synthetic inputs: {calib['note']}")
@@ -143,7 +143,8 @@ def export(
     console.table(f"exported to {out} for {where}", ["workload", "config", "tuned latency", "files"],
                   [(k.label, f"#{k.index}", _ms(k.latency_s), k.files.get("library") or k.files["program"])
                    for k in manifest.kernels])
-    console.info(f"manifest: {out / 'manifest.json'} (log sha256 {manifest.log['sha256'][:16]}...)")
+    console.info(f"manifest: {out / 'manifest.json'} (log sha256 {manifest.log['sha256'][:16]}...); the command "
+                 f"took {console.command_seconds():.1f} s")
 
 
 @app.command("run", rich_help_panel="Deploy")
@@ -217,6 +218,7 @@ def run(
                         _ratio(r.seconds, r.expected_seconds),
                         "not checked" if r.correct is None else ("correct" if r.correct else "WRONG") +
                         f" ({r.message})") for r in results])
+        console.info(f"the command took {console.command_seconds():.1f} s, start-up included")
     wrong = [r for r in results if r.correct is False]
     if wrong:
         console.error(f"{len(wrong)} kernel(s) gave a wrong output: {wrong[0].workload}: {wrong[0].message}")
@@ -266,6 +268,7 @@ def _print_model_run(ex: Export, result: ModelRun, options: MeasureOptions, outp
              ("correct" if result.correct else "WRONG") + f" ({result.message})")]
     if output is not None:
         rows.append(("written to", str(output)))
+    rows.append(("the command", f"{console.command_seconds():.1f} s, start-up included"))
     console.table(f"model {ex.manifest.model['source']['model']} on {result.board}", ["", "value"], rows)
     if d.get("layers"):
         first: dict = {}

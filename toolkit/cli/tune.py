@@ -31,15 +31,6 @@ from toolkit.cluster.builder import make_builder
 from toolkit.cluster.nodes import cluster_address
 
 
-def _since_start() -> float:
-    """Seconds since this process started (imports, board start-up and tracing included)."""
-    import time
-
-    import psutil
-
-    return time.time() - psutil.Process().create_time()
-
-
 def _fmt_seconds(s: float | None) -> str:
     return "-" if s is None or not math.isfinite(s) else f"{s * 1e3:.4f} ms"
 
@@ -172,8 +163,8 @@ def tune(
         ("errors", ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items())) or "-"),
         ("best latency", _fmt_seconds(summary.best_seconds)), ("best GOPS", f"{summary.best_gops:.3f}"),
         ("best config", _fmt_config(summary)),
-        ("wall / tuner time", f"{summary.wall_s:.1f} s / {summary.tuner_s:.1f} s (the command: {_since_start():.1f} s, "
-                              "start-up included)"), ("log", str(log_path)),
+        ("wall / tuner time", f"{summary.wall_s:.1f} s / {summary.tuner_s:.1f} s (the command: "
+                              f"{console.command_seconds():.1f} s, start-up included)"), ("log", str(log_path)),
     ]
     console.table("tuning summary", ["", "value"], rows)
     if summary.valid == 0:

@@ -138,7 +138,8 @@ def tune_model(*, model: str, board: Board, trials: int, tuner: str, tuner_optio
     for layer, why in summary.skipped:
         console.info(f"not tuned: {layer}: {why}")
     console.info(f"network conv latency {_ms(summary.total_seconds)} ms ({summary.trials} trials, "
-                 f"{summary.resumed} resumed, {summary.wall_s:.1f} s); log {log_path}")
+                 f"{summary.resumed} resumed, {summary.wall_s:.1f} s; the command {console.command_seconds():.1f} s, "
+                 f"start-up included); log {log_path}")
     missing = [t.name for t in summary.tasks if not math.isfinite(t.best_seconds)]
     if missing:
         console.warn(f"no valid config yet for {', '.join(missing)}: the total is unknown; tune more "
