@@ -123,8 +123,8 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
 
 
 class PlainProgress:
-    """Progress as plain lines on stderr, for logs and pipes (no terminal): a line when a task starts, one each
-    time it passes another tenth of its total, or every :attr:`every_s` seconds while it advances, and its last
+    """Progress as plain lines on stderr, for logs and pipes (no terminal): a ``wait:`` line when a task starts,
+    one each time it passes another tenth of its total, or every :attr:`every_s` seconds while it advances, and its last
     state when the job ends. The subset of rich's ``Progress`` edgetune uses."""
 
     every_s = 30.0
@@ -149,8 +149,8 @@ class PlainProgress:
         task_id = len(self._tasks)
         self._tasks[task_id] = {"description": description, "total": total, "completed": 0, "fields": fields,
                                 "printed": 0, "at": time.monotonic()}
-        if not self.transient:
-            self._print(self._tasks[task_id])
+        if not self.transient:      # said as what the command now waits for: no line but errors and these
+            err.print(f"{WAIT} {_one_line(description)}: started", markup=True)
         return task_id
 
     def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
