@@ -25,6 +25,8 @@ def write(export: Path, out: Path, seed: int = 0) -> list[str]:
     from toolkit.vta.reference import pack_input
     from toolkit.vta.segments import arena_inputs, vta_segments
 
+    if not (export / "manifest.json").is_file():
+        raise SystemExit(f"{export} is not an export folder (no manifest.json); give an int8 VTA model export")
     manifest = json.loads((export / "manifest.json").read_text())
     vm = load_vta_model(export, manifest["model"], manifest["hardware"])
     x = np.random.default_rng(seed).standard_normal(vm.graph.input_shape).astype(np.float32)
