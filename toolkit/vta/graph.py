@@ -5,8 +5,8 @@ execution order, each naming its inputs. Tensors between layers are int8 with a 
 scale (``value = q * 2**-exp``) until the first layer that leaves the integers (global average pooling,
 the classifier), then float32. Each op (``conv``, ``conv_add``: a conv and the residual add after it, ``add``,
 ``relu``, ``maxpool``, ``avgpool``, ``flatten``, ``linear``) is one entry of :data:`toolkit.vta.ops.OPS`: its
-attributes, checks and int8 reference. A VTA conv runs the program the export holds, on packed tensors;
-consecutive VTA convs pass packed tensors without unpacking.
+attributes, checks and int8 reference. Consecutive VTA layers run as one program the export holds, their
+activations packed in its DRAM arena.
 
 :func:`execute` runs a graph: with ``vta=None`` every conv runs in numpy (the int8 reference), else each run of
 consecutive VTA layers (a :class:`~toolkit.vta.segments.Segment`, one program) calls ``vta(segment,
@@ -160,7 +160,7 @@ class Execution:
         return float(sum(self.seconds.values()))
 
 
-VTACall = Callable[["Segment", dict[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
+VTACall = Callable[[Segment, dict[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
 """Runs a segment of consecutive VTA layers (one program) on the packed int8 tensors it reads from outside it, by
 name: (each layer's packed int8 output by layer name, seconds)."""
 
@@ -187,7 +187,7 @@ def execute(graph: Graph, arrays: dict[str, np.ndarray], x: np.ndarray, *, vta: 
             segment = segments[layer.name]
             external = {n: tensors[n].data if tensors[n].packed else pack_input(tensors[n].data, hw)
                         for n in segment.external()}
-            outs, took = vta(segment, external)    # type: ignore[misc]
+            outs, took = vta(segment, external)
             for member in segment.layers:       # the segment's time is its first layer's
                 seconds[member.name] = took if member is layer else 0.0
                 exp = member.attrs["exp"] if "exp" in OPS[member.op].attrs else tensors[member.inputs[0]].exp
