@@ -245,7 +245,8 @@ def test_rpi4_whole_model_tuned_exported_and_run_by_the_aarch64_runtime(board, k
         out_dir = tmp_path / "export"
         manifest = json.loads(_ok("export", "--model", model, "--input-shape", "1,3,8,8", "--board", "pi", "--log", log,
                                   "--out", out_dir, "--json").stdout)
-        assert manifest["arch"] == "aarch64" and [c["schedule"] for c in manifest["model"]["convs"]].count("tuned") == 1
+        # 4 trials over the two convs: each gets its share of the first round, so both are tuned
+        assert manifest["arch"] == "aarch64" and [c["schedule"] for c in manifest["model"]["convs"]] == ["tuned"] * 2
         x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
         np.save(tmp_path / "x.npy", x)
         result = json.loads(_ok("run", out_dir, "--board", "pi", "--input", tmp_path / "x.npy",
