@@ -272,9 +272,7 @@ def _start_local(key: str, tries: int = 3) -> tuple[TrackerProcess, ServerProces
     """A loopback tracker and a server under ``key``, started at once (each imports TVM for seconds): the tracker
     on a port chosen here, the server waiting for it (:mod:`toolkit.rpc.late_server`); another port when the
     chosen one was taken meanwhile. Both die with this process."""
-    attempt = 0
-    while True:
-        attempt += 1
+    for attempt in range(1, tries + 1):
         port = _free_port(LOOPBACK)
         tracker = start_tracker(port=port, port_end=port + 1, wait=None, die_with_parent=True)
         server = start_server((LOOPBACK, port), key, module="toolkit.rpc.late_server", wait=None,
@@ -282,15 +280,13 @@ def _start_local(key: str, tries: int = 3) -> tuple[TrackerProcess, ServerProces
         try:
             tracker.wait_ready()
             return tracker, server.wait_ready()
-        except BoardError:
+        except BaseException as exc:
             server.stop()
             tracker.stop()
-            if attempt >= tries or tracker.port is not None:
+            taken = isinstance(exc, BoardError) and tracker.port is None    # the port went to another process
+            if not taken or attempt == tries:
                 raise
-        except BaseException:
-            server.stop()
-            tracker.stop()
-            raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def ensure_local_rpc(key: str = "local") -> tuple[str, int, Callable[[], None]]:
