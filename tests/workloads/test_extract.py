@@ -57,9 +57,10 @@ def _check_small(ex, n=1, h=32):
     stem = by_module["stem"].workload
     assert (stem.n, stem.h, stem.ci, stem.co, stem.kh, stem.sh, stem.ph) == (n, h, 3, 24, 3, 2, 1)
     assert by_module["a"] is by_module["b"] and by_module["a"].count == 2     # identical shapes merged
-    assert by_module["g"].groups == 4 and "grouped" in by_module["g"].unsupported
-    assert by_module["d"].dilation == (2, 2) and "dilated" in by_module["d"].unsupported
-    assert (by_module["d"].oh, by_module["d"].workload.co) == (h // 2, 40)
+    assert by_module["g"].workload.g == 4 and by_module["g"].workload.kind == "grouped"
+    dilated = by_module["d"].workload
+    assert (dilated.dh, dilated.dw, dilated.kind) == (2, 2, "dilated") and ",D=2" in dilated.spec()
+    assert (dilated.oh, dilated.co) == (h // 2, 40)
     assert [layer.name for layer in net.layers] == [f"{net.name}.L{i}" for i in range(1, 5)]
 
 

@@ -9,7 +9,7 @@ import reference_models as ref
 from toolkit.errors import WorkloadError
 from toolkit.workloads.extract import extract
 from toolkit.backends import backend_for
-from toolkit.workloads.networks import NETWORKS, get_network
+from toolkit.workloads.networks import NETWORKS, get_network, plan_tasks
 from toolkit.workloads import RESNET18, parse_workload
 
 REFERENCES = {
@@ -24,7 +24,7 @@ REFERENCES = {
 
 
 def _shapes(layers):
-    return Counter({(layer.workload, layer.groups, layer.dilation): layer.count for layer in layers})
+    return Counter({layer.workload: layer.count for layer in layers})
 
 
 @pytest.mark.parametrize("name", NETWORKS)
@@ -64,19 +64,22 @@ def test_resnet18_is_tvms_vta_table():
     assert [layer.workload for layer in net.layers] == list(RESNET18.values())
 
 
-def test_mobilenet_depthwise_layers_are_flagged():
+def test_mobilenet_depthwise_layers_are_workloads_that_vta_leaves_to_the_cpu():
     net = get_network("mobilenet_v1")
-    dw = [layer for layer in net.layers if layer.kind == "depthwise"]
+    dw = [layer for layer in net.layers if layer.workload.kind == "depthwise"]
     assert sum(layer.count for layer in dw) == 13
-    assert all("depthwise" in layer.unsupported for layer in dw)
-    assert sum(layer.count for layer in net.supported()) == 14   # first full conv + 13 pointwise
+    assert all(",G=" in layer.workload.spec() for layer in dw)
+    assert sum(layer.count for layer in net.dense()) == 14   # first full conv + 13 pointwise
+    plan = plan_tasks(net, block=16)
+    assert sum(t.count for t in plan.tasks) == 14
+    assert all("VTA runs dense convs; runs on the CPU" in why for _, why in plan.skipped)
+    assert sum(t.count for t in plan_tasks(net).tasks) == 27      # a CPU or GPU board tunes every conv
 
 
 def test_network_layers_parse_as_workloads():
     assert parse_workload("resnet50.L3") == get_network("resnet50").layers[2].workload
     assert parse_workload("VGG16.l1").spec() == "conv2d:N=1,H=224,W=224,CI=3,CO=64,K=3,S=1,P=1"
-    with pytest.raises(WorkloadError, match="depthwise"):
-        parse_workload("mobilenet_v1.L2")
+    assert parse_workload("mobilenet_v1.L2").spec() == "conv2d:N=1,H=112,W=112,CI=32,CO=32,K=3,S=1,P=1,G=32"
     with pytest.raises(WorkloadError, match="unknown workload resnet50.L99: network resnet50 has no layer 'L99'"):
         parse_workload("resnet50.L99")
     with pytest.raises(WorkloadError, match="unknown network"):

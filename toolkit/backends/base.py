@@ -187,10 +187,8 @@ class Backend(abc.ABC):
 
     def model_conv_refusal(self, layer: Any, profile: BoardProfile) -> str | None:
         """Why a conv of a model (a :class:`~toolkit.workloads.networks.ConvLayer`) gets no edgetune kernel on
-        ``profile`` (``None``: it gets one)."""
-        if layer.groups != 1:
-            return f"{layer.groups} groups"
-        return "dilated" if layer.dilation != (1, 1) else None
+        ``profile`` (``None``: it gets one; by default every conv does)."""
+        return None
 
     def model_workload(self, layer: Any, profile: BoardProfile) -> Conv2dWorkload:
         """The workload a model conv's kernel computes (by default the conv's own)."""

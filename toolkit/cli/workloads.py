@@ -110,15 +110,13 @@ def _print_network(net: Network, ex: Extraction | None, vta: bool, first_conv: s
         shift = ""
         if shifts is not None:
             shift = " ".join(sorted({str(shifts[m].shift) for m in layer.modules if m in shifts}))
-        kind = layer.kind if layer.groups == 1 else f"{layer.kind} g={layer.groups}"
-        rows.append((layer.name, layer.workload.spec(), layer.count, kind, f"{layer.macs * layer.count:,}",
+        wl = layer.workload
+        kind = wl.kind if wl.g == 1 else f"{wl.kind} g={wl.g}"
+        rows.append((layer.name, wl.spec(), layer.count, kind, f"{wl.macs * layer.count:,}",
                      shift, ", ".join(layer.modules[:3]) + (" ..." if len(layer.modules) > 3 else "")))
     columns = ["name", "spec", "count", "kind", "MACs x count"] + (["shift"] if shifts is not None else []) + \
         ["modules"]
     console.table(None, columns, [r if shifts is not None else r[:5] + r[6:] for r in rows])
-    for layer in net.layers:
-        if layer.unsupported:
-            console.info(f"not tunable: {layer.name}: {layer.unsupported}")
     if ex is not None:
         for module, why in ex.skipped:
             console.warn(f"{module}: {why}")

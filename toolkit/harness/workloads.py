@@ -27,7 +27,7 @@ def expand_workloads(items: Iterable[str], *, first_conv_on_cpu: bool = False) -
                 continue
             key = part.lower().replace("-", "_")
             if key in NETWORKS:
-                layers = [layer.workload for layer in get_network(key).supported()]
+                layers = [layer.workload for layer in get_network(key).dense()]
                 if first_conv_on_cpu and key == "resnet18":
                     layers = [w for w in layers if w.name != "resnet18.C1"]
                 out.update(dict.fromkeys(layers))

@@ -164,11 +164,14 @@ def rewrite_space_to_depth(q: Quantized, layer: Layer, workload: Any) -> Layer:
     return s2d
 
 
-def vta_refusal(wl: Any, groups: int, hw: Any) -> str | None:
-    """Why a conv (its :class:`~toolkit.workloads.Conv2dWorkload` and groups) cannot run on VTA ``hw``
-    (``None`` when it can)."""
-    if groups != 1:
-        return f"{groups} groups (VTA runs dense convs)"
+def vta_refusal(wl: Any, hw: Any) -> str | None:
+    """Why a conv (its :class:`~toolkit.workloads.Conv2dWorkload`) cannot run on VTA ``hw`` (``None`` when it
+    can)."""
+    from toolkit.workloads.networks import dense_refusal
+
+    refusal = dense_refusal(wl)
+    if refusal:
+        return refusal
     for what, value, block in (("input channels", wl.ci, hw.block_in), ("output channels", wl.co, hw.block_out),
                                ("batch", wl.n, hw.batch)):
         if value % block:
@@ -183,4 +186,4 @@ def conv_workload(q: Quantized, layer: Layer) -> Any:
     n, ci, h, w = q.shapes[layer.inputs[0]]
     co, _, kh, kw = oihw_shape(q.arrays[f"{layer.name}.weight"].shape)
     (sh, sw), (ph, pw) = layer.attrs["stride"], layer.attrs["pad"]
-    return Conv2dWorkload(n, h, w, ci, co, kh, kw, sh, sw, ph, pw)
+    return Conv2dWorkload(n, h, w, ci, co, kh, kw, sh, sw, ph, pw, g=layer.attrs["groups"])

@@ -7,8 +7,9 @@ or ``path/to/file.py:make``; the factory returns an ``nn.Module`` and is exporte
 ``torch.fx.passes.shape_prop.ShapeProp`` on fake tensors (shapes only, no arithmetic) of the
 given input shape; every
 ``aten.conv2d``/``aten.convolution`` node becomes a :class:`~toolkit.workloads.networks.ConvLayer`
-(identical shapes merged, with the module paths that use them). Grouped, dilated and
-transposed convs are reported with the reason they are not workloads.
+(identical shapes merged, with the module paths that use them; groups and dilation are part of
+the shape). Transposed convs, and convs whose ``"same"`` padding is asymmetric, are reported with
+the reason they are not workloads.
 
 Requantisation (``--scales``): VTA requantises an int32 accumulator with an arithmetic right
 shift, so a layer with input scale ``s_in``, weight scale ``s_w`` and output scale ``s_out``
@@ -74,7 +75,7 @@ class Extraction:
     network: Network
     skipped: list[tuple[str, str]] = field(default_factory=list)   # (module, reason)
     convs: list[ConvNode] = field(default_factory=list)
-    """Every 2-D conv of the graph in order (grouped and dilated ones included, unmerged)."""
+    """Every 2-D conv of the graph in order, unmerged."""
 
     def to_dict(self) -> dict:
         """JSON-able form."""
@@ -188,8 +189,9 @@ def extract(model: Any, input_shape: tuple[int, int, int, int], *, name: str | N
             convs.append(ConvNode(module, None, skipped[-1][1]))
             continue
         n, ci, h, w = x_shape
-        workload = Conv2dWorkload(n, h, w, ci, w_shape[0], kh, kw, *conv["stride"], *pad)
-        layers.append(ConvLayer(workload, 1, conv["groups"], tuple(conv["dilation"]), (module,)))
+        (dh, dw), groups = conv["dilation"], int(conv["groups"])
+        workload = Conv2dWorkload(n, h, w, ci, w_shape[0], kh, kw, *conv["stride"], *pad, g=groups, dh=dh, dw=dw)
+        layers.append(ConvLayer(workload, 1, (module,)))
         convs.append(ConvNode(module, layers[-1]))
     if not layers and not skipped:
         raise WorkloadError(f"model {label} has no conv layers")

@@ -27,17 +27,11 @@ from toolkit.workloads.spec import Conv2dWorkload
 
 @dataclass(frozen=True)
 class ConvLayer:
-    """One conv shape in a network, ``count`` times.
-
-    ``workload.ci`` is the total number of input channels; with ``groups > 1`` each output
-    channel sees ``ci / groups`` of them. Dilated or grouped layers are not VTA/edgetune
-    workloads: :attr:`unsupported` says why.
-    """
+    """One conv shape in a network (its groups and dilation in the workload), ``count`` times, and the modules
+    that use it."""
 
     workload: Conv2dWorkload
     count: int = 1
-    groups: int = 1
-    dilation: tuple[int, int] = (1, 1)
     modules: tuple[str, ...] = ()
 
     @property
@@ -45,46 +39,12 @@ class ConvLayer:
         """The layer's name (``resnet18.C2``), if it has one."""
         return self.workload.name
 
-    @property
-    def oh(self) -> int:
-        """Output height, dilation included."""
-        w = self.workload
-        return (w.h + 2 * w.ph - self.dilation[0] * (w.kh - 1) - 1) // w.sh + 1
-
-    @property
-    def ow(self) -> int:
-        """Output width, dilation included."""
-        w = self.workload
-        return (w.w + 2 * w.pw - self.dilation[1] * (w.kw - 1) - 1) // w.sw + 1
-
-    @property
-    def macs(self) -> int:
-        """Multiply-accumulates of one occurrence."""
-        w = self.workload
-        return w.n * w.co * self.oh * self.ow * (w.ci // self.groups) * w.kh * w.kw
-
-    @property
-    def kind(self) -> str:
-        """``conv``, ``depthwise``, ``grouped`` or ``dilated``."""
-        if self.groups > 1:
-            return "depthwise" if self.groups == self.workload.ci == self.workload.co else "grouped"
-        return "dilated" if self.dilation != (1, 1) else "conv"
-
-    @property
-    def unsupported(self) -> str | None:
-        """Why this layer is not a tunable conv2d workload, or ``None``."""
-        if self.groups > 1:
-            return f"{self.kind} conv (groups={self.groups}): conv2d templates and VTA need groups=1"
-        if self.dilation != (1, 1):
-            return f"dilated conv (dilation={self.dilation[0]}x{self.dilation[1]}): VTA conv2d needs dilation 1"
-        return None
-
     def to_dict(self) -> dict:
         """JSON-able form."""
+        w = self.workload
         return {
-            "name": self.name, "spec": self.workload.spec(), "count": self.count, "kind": self.kind,
-            "groups": self.groups, "dilation": list(self.dilation), "out": f"{self.oh}x{self.ow}",
-            "macs": self.macs, "unsupported": self.unsupported, "modules": list(self.modules),
+            "name": self.name, "spec": w.spec(), "count": self.count, "kind": w.kind, "groups": w.g,
+            "dilation": [w.dh, w.dw], "out": f"{w.oh}x{w.ow}", "macs": w.macs, "modules": list(self.modules),
         }
 
 
@@ -100,16 +60,16 @@ class Network:
     @property
     def macs(self) -> int:
         """Conv MACs of one inference (every layer times its count)."""
-        return sum(layer.macs * layer.count for layer in self.layers)
+        return sum(layer.workload.macs * layer.count for layer in self.layers)
 
     @property
     def n_convs(self) -> int:
         """Number of conv layers before merging."""
         return sum(layer.count for layer in self.layers)
 
-    def supported(self) -> list[ConvLayer]:
-        """Layers that are tunable conv2d workloads."""
-        return [layer for layer in self.layers if layer.unsupported is None]
+    def dense(self) -> list[ConvLayer]:
+        """Layers that are plain convs (groups 1, dilation 1)."""
+        return [layer for layer in self.layers if layer.workload.kind == "conv"]
 
     def layer(self, name: str) -> ConvLayer:
         """A layer by name (``resnet50.L3`` or ``L3``); :class:`WorkloadError` if absent."""
@@ -131,13 +91,13 @@ class Network:
 
 
 def merge_layers(layers: Iterable[ConvLayer], prefix: str | None = None) -> tuple[ConvLayer, ...]:
-    """Merge identical shapes (same workload, groups, dilation) keeping first-appearance order.
+    """Merge identical shapes (the same workload: groups and dilation included) keeping first-appearance order.
 
     With ``prefix``, layers are renamed ``<prefix>.L1``, ``<prefix>.L2``, ...
     """
     merged: dict[tuple, ConvLayer] = {}
     for layer in layers:
-        key = (layer.workload, layer.groups, layer.dilation)
+        key = layer.workload
         if key in merged:
             old = merged[key]
             merged[key] = replace(old, count=old.count + layer.count, modules=old.modules + layer.modules)
@@ -164,10 +124,10 @@ class _Builder:
         """Add a conv (input ``ci, h, w`` default to the current map); ``move`` updates the map."""
         ci, h, w = ci or self.c, h or self.h, w or self.w
         layer = ConvLayer(Conv2dWorkload(self.n, h, w, ci, co, k, k, s, s, k // 2 if p is None else p,
-                                         k // 2 if p is None else p), groups=groups)
+                                         k // 2 if p is None else p, g=groups))
         self.layers.append(layer)
         if move:
-            self.c, self.h, self.w = co, layer.oh, layer.ow
+            self.c, self.h, self.w = co, layer.workload.oh, layer.workload.ow
         return layer
 
     def pool(self, k: int, s: int, p: int = 0) -> None:
@@ -312,16 +272,10 @@ def get_network(name: str) -> Network:
 
 
 def network_layer(name: str) -> Conv2dWorkload:
-    """The workload of a network layer named ``<net>.<layer>`` (``resnet50.L3``).
-
-    Raises :class:`WorkloadError` if the network or layer is unknown, or if the layer is not a
-    plain conv2d (depthwise, grouped or dilated).
-    """
+    """The workload of a network layer named ``<net>.<layer>`` (``resnet50.L3``); :class:`WorkloadError` if the
+    network or layer is unknown."""
     net_name, _, short = name.strip().partition(".")
-    layer = get_network(net_name).layer(short)
-    if layer.unsupported:
-        raise WorkloadError(f"{layer.name} is a {layer.unsupported}; it cannot be tuned")
-    return layer.workload
+    return get_network(net_name).layer(short).workload
 
 
 @dataclass(frozen=True)
@@ -350,6 +304,15 @@ class TaskPlan:
         """JSON-able form."""
         return {"network": self.network.name, "tasks": [t.to_dict() for t in self.tasks],
                 "skipped": [{"layer": name, "reason": why} for name, why in self.skipped]}
+
+
+def dense_refusal(workload: Conv2dWorkload) -> str | None:
+    """Why an accelerator that runs dense convs only (VTA) cannot run ``workload`` (``None``: it can)."""
+    if workload.g > 1:
+        return f"{workload.kind} conv (groups={workload.g}): VTA runs dense convs"
+    if (workload.dh, workload.dw) != (1, 1):
+        return f"dilated conv (dilation {workload.dh}x{workload.dw}): VTA conv2d needs dilation 1"
+    return None
 
 
 def pad_to_block(workload: Conv2dWorkload, block: int = 16) -> Conv2dWorkload:
@@ -389,12 +352,12 @@ FIRST_CONV = ("s2d", "cpu", "pad")
 
 
 def plan_tasks(network: Network, *, block: int | None = None, first_conv: str = "s2d") -> TaskPlan:
-    """The tasks of ``network``: every plain conv layer as it is, or, on an accelerator with channel
-    blocks (``block``: VTA's 16, see :meth:`toolkit.backends.base.Backend.plan_network`), padded.
+    """The tasks of ``network``: every conv layer as it is (grouped, depthwise and dilated ones included), or,
+    on an accelerator with channel blocks (``block``: VTA's 16, see
+    :meth:`toolkit.backends.base.Backend.plan_network`), the dense ones padded.
 
-    Grouped and dilated layers are skipped everywhere (the conv2d templates need groups=1 and
-    dilation 1). With ``block``, channels are padded to it, and the network's first conv is rewritten by
-    :func:`space_to_depth` when its input channels are not a multiple of the block (``first_conv="s2d"``, as
+    With ``block``, grouped and dilated layers are skipped (:func:`dense_refusal`), channels are padded to it,
+    and the network's first conv is rewritten by :func:`space_to_depth` when its input channels are not a multiple of the block (``first_conv="s2d"``, as
     any such conv is: what a VTA model export runs), stays on the CPU (``"cpu"``, as TVM's VTA flow does:
     ``quantize`` skips conv 0 and ``graph_pack`` starts after it) or is padded too (``"pad"``, as TVM's v0.5
     table padded C1 to 16 input channels). Layers whose padded shapes coincide become one task.
@@ -407,8 +370,9 @@ def plan_tasks(network: Network, *, block: int | None = None, first_conv: str = 
     for i, layer in enumerate(network.layers):
         label = layer.name or layer.workload.spec()
         count = layer.count
-        if layer.unsupported:
-            skipped.append((label, f"{layer.unsupported}; runs on the CPU" if vta else layer.unsupported))
+        refusal = dense_refusal(layer.workload) if vta else None
+        if refusal:
+            skipped.append((label, f"{refusal}; runs on the CPU"))
             continue
         if vta and i == 0 and first_conv == "cpu":
             skipped.append((label, "first conv stays on the CPU, as in TVM's VTA flow (first conv 'pad' pads it "

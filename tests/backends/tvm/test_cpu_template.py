@@ -11,7 +11,8 @@ import tvm
 
 from toolkit.boards import load_profile
 from toolkit.backends import template_for
-from toolkit.backends.tvm.cpu import PACK_WEIGHT, CPUConv2dTemplate, Epilogue, conv2d_nchw_reference
+from toolkit.backends.tvm.cpu import PACK_WEIGHT, CPUConv2dTemplate, conv2d_nchw_reference
+from toolkit.backends.tvm.epilogue import Epilogue
 from toolkit.backends.tvm.tir_features import FEATURE_NAMES
 from toolkit.workloads import parse_workload
 
@@ -73,8 +74,22 @@ def test_random_configs_build_and_match_numpy(wl, tmp_path):
         np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3, err_msg=str(config.values))
 
 
-@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, relu=True), Epilogue(True, True, True),
-                                      Epilogue(bias=True, residual=True)], ids=lambda e: "+".join(e.describe()))
+NUMPY_ACTIVATIONS = {
+    None: lambda v, b: v,
+    "relu": lambda v, b: np.maximum(v, 0),
+    "clip": lambda v, b: np.clip(v, *b),
+    "sigmoid": lambda v, b: 1 / (1 + np.exp(-v)),
+    "silu": lambda v, b: v / (1 + np.exp(-v)),
+    "hardswish": lambda v, b: v * np.clip(v + 3, 0, 6) / 6,
+    "hardsigmoid": lambda v, b: np.clip(v + 3, 0, 6) / 6,
+}
+
+
+@pytest.mark.parametrize("epilogue", [Epilogue(bias=True, act="relu"), Epilogue(True, True, "relu"),
+                                      Epilogue(bias=True, residual=True), Epilogue(True, False, "clip", (0.0, 6.0)),
+                                      Epilogue(True, False, "sigmoid"), Epilogue(True, True, "silu"),
+                                      Epilogue(True, False, "hardswish"), Epilogue(False, False, "hardsigmoid")],
+                         ids=lambda e: "+".join(e.describe()))
 def test_epilogue_is_computed_in_the_write_back(epilogue):
     """A model's kernel: the conv, then its epilogue on each element as it leaves the accumulator (a random config
     and the fallback config; the model tests run more)."""
@@ -86,7 +101,7 @@ def test_epilogue_is_computed_in_the_write_back(epilogue):
     residual = rng.standard_normal(t.output_shape()).astype(np.float32)
     want = t.reference([data, weight]) + (bias[None, :, None, None] if epilogue.bias else 0) + (
         residual if epilogue.residual else 0)
-    want = np.maximum(want, 0) if epilogue.relu else want
+    want = NUMPY_ACTIVATIONS[epilogue.act](want, epilogue.bounds)
     inputs = [data, weight] + [bias] * epilogue.bias + [residual] * epilogue.residual
     for index in [*t.space().sample(1, rng), t.fallback_config().index]:
         mod = t.schedule(t.space().get(index), epilogue)
@@ -102,8 +117,8 @@ def test_an_epilogue_leaves_no_intermediate_conv_buffer():
     """The epilogue is inlined where the accumulator is written back: no NCHW conv buffer between the two."""
     t = CPUConv2dTemplate(SMALL[0], LOCAL)
     conv_buffer = re.compile(r"\bconv = T\.\w*alloc_buffer")
-    unscheduled = tvm.IRModule({"main": t._compute(Epilogue(True, True, True))}).script()
-    fused = t.schedule(t.fallback_config(), Epilogue(True, True, True)).script()
+    unscheduled = tvm.IRModule({"main": t._compute(Epilogue(True, True, "relu"))}).script()
+    fused = t.schedule(t.fallback_config(), Epilogue(True, True, "relu")).script()
     assert conv_buffer.search(unscheduled) and not conv_buffer.search(fused)
     assert "T.max(" in fused and "T.max(" not in t.schedule(t.fallback_config()).script()
 
@@ -120,7 +135,7 @@ def test_schedules_without_tvms_type_checks_are_the_checked_ones(template, board
     cls = {"cpu": CPUConv2dTemplate, "cuda": cuda.CUDAConv2dTemplate}[template]
     t = cls(parse_workload("resnet18.C5"), load_profile(board))
     configs = [t.space().get(i) for i in t.space().sample(6, np.random.default_rng(1))] + [t.fallback_config()]
-    epilogues = [None, Epilogue(True, True, True)]
+    epilogues = [None, Epilogue(True, True, "relu")]
     fast = [t.schedule(c, e) for c in configs for e in epilogues]
     pristine = t._compute().script()
     assert t._compute() is t._compute() and pristine == cpu._conv_prim_func.__wrapped__(

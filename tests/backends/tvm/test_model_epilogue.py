@@ -47,6 +47,15 @@ CASES = {
     "relu after relu": (lambda y, x: torch.relu(torch.relu(y)), True, ["bias", "relu"]),
     "broadcast to a larger batch": (lambda y, x: y + torch.ones(2, 8, 8, 8), False, []),
     "a scalar added": (lambda y, x: torch.relu(y + 0.5), False, []),
+    "bias+relu6": (lambda y, x: nn.functional.relu6(y), True, ["bias", "relu6"]),
+    "bias+clamp": (lambda y, x: torch.clamp(y, -0.5, 0.25), True, ["bias", "clip(-0.5,0.25)"]),
+    "bias+sigmoid": (lambda y, x: torch.sigmoid(y), True, ["bias", "sigmoid"]),
+    "bias+silu": (lambda y, x: nn.functional.silu(y), True, ["bias", "silu"]),
+    "bias+hardswish": (lambda y, x: nn.functional.hardswish(y), True, ["bias", "hardswish"]),
+    "bias+hardsigmoid": (lambda y, x: nn.functional.hardsigmoid(y), True, ["bias", "hardsigmoid"]),
+    "bias+residual+silu": (lambda y, x: nn.functional.silu(y + SKIP), True, ["bias", "residual", "silu"]),
+    "silu whose input is read again": (lambda y, x: nn.functional.silu(y) + y, True, ["bias"]),
+    "hardswish-like with other constants": (lambda y, x: y * nn.functional.relu6(y + 2) / 6, True, ["bias"]),
 }
 
 
@@ -77,6 +86,32 @@ def test_kernel_computes_the_ops_after_its_conv_it_can_take(case, tmp_path):
         want = model(x).numpy()
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+KINDS = {
+    "depthwise": nn.Conv2d(8, 8, 3, padding=1, groups=8),
+    "depthwise, 2 outputs per group, stride 2": nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=8),
+    "grouped": nn.Conv2d(8, 16, 3, padding=1, groups=4),
+    "dilated": nn.Conv2d(8, 8, 3, padding=2, dilation=2),
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_grouped_depthwise_and_dilated_convs_get_edgetune_kernels_with_their_epilogues(kind, tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 1), nn.ReLU(), KINDS[kind], nn.BatchNorm2d(KINDS[kind].out_channels),
+                          nn.Hardswish()).eval()
+    x = torch.randn(SHAPE)
+    convs = extract(model, SHAPE).convs
+    plans = [_plan(node.module, template_for(node.layer.workload, LOCAL)) for node in convs]
+    assert convs[1].layer.workload.kind == kind.split(",")[0]
+    built = compile_model(torch.export.export(model, (x,)), LOCAL, plans)
+    assert [p.epilogue for p in plans] == [["bias", "relu"], ["bias", "hardswish"]]
+    (tmp_path / "model.so").write_bytes(built.library)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "model.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu())).numpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_without_fusion_no_kernel_takes_an_epilogue():

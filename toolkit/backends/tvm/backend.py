@@ -107,7 +107,9 @@ class TVMBackend(Backend):
                          {"name": "weight", "shape": wshape, "dtype": "float32", "layout": wlayout},
                          {"name": "conv", "shape": [wl.n, wl.co, wl.oh, wl.ow], "dtype": "float32",
                           "layout": "NCHW", "output": True}],
-                "padding": [wl.ph, wl.pw], "stride": [wl.sh, wl.sw]}
+                "padding": [wl.ph, wl.pw], "stride": [wl.sh, wl.sw]} | (
+                    {"groups": wl.g} if wl.g > 1 else {}) | (
+                    {"dilation": [wl.dh, wl.dw]} if (wl.dh, wl.dw) != (1, 1) else {})
 
     def export_summary(self, m: ExportManifest) -> str:
         return f"{m.family}, {m.arch}"

@@ -32,12 +32,12 @@ from __future__ import annotations
 import abc
 import functools
 import time
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from toolkit.boards import BoardProfile
+from toolkit.backends.tvm.epilogue import Epilogue
 from toolkit.backends.tvm.link import link_library
 from toolkit.errors import error_line
 from toolkit.tuning.core.space import CategoricalKnob, Config, ConfigSpace, Knob, SplitKnob
@@ -59,27 +59,10 @@ PACK_WEIGHT = ("none", "root", "block")
 """Where the weights are repacked to ``[CO/block, CI, KH, KW, block]`` (``block`` = ``tile_co[1]``)."""
 
 
-@dataclass(frozen=True)
-class Epilogue:
-    """What a model's conv kernel does to each output element after the convolution, in this order: add a
-    per-output-channel ``bias`` (a ``[CO]`` input), add a ``residual`` tensor of the output's shape (an NCHW
-    input), clamp at zero (``relu``). The kernel's inputs are ``data, weight[, bias][, residual]``."""
-
-    bias: bool = False
-    residual: bool = False
-    relu: bool = False
-
-    def __bool__(self) -> bool:
-        return self.bias or self.residual or self.relu
-
-    def describe(self) -> list[str]:
-        """The steps it does, in order (``["bias", "residual", "relu"]`` at most)."""
-        return [name for name in ("bias", "residual", "relu") if getattr(self, name)]
-
-
 def weight_shape(wl: Conv2dWorkload, layout: str) -> tuple[int, int, int, int]:
-    """The weight tensor's shape in ``layout`` (``IHWO`` or ``OIHW``)."""
-    return (wl.ci, wl.kh, wl.kw, wl.co) if layout == "IHWO" else (wl.co, wl.ci, wl.kh, wl.kw)
+    """The weight tensor's shape in ``layout`` (``IHWO`` or ``OIHW``; ``I`` is the input channels of a group)."""
+    cig = wl.ci_per_group
+    return (cig, wl.kh, wl.kw, wl.co) if layout == "IHWO" else (wl.co, cig, wl.kh, wl.kw)
 
 
 @functools.lru_cache(maxsize=64)
@@ -99,7 +82,8 @@ def _conv_prim_func(wl: Conv2dWorkload, weight_layout: str, epilogue: Epilogue) 
             name="pad")
     else:
         src = data
-    ci = te.reduce_axis((0, wl.ci), "ci")
+    cig, cog = wl.ci_per_group, wl.co // wl.g
+    ci = te.reduce_axis((0, cig), "ci")
     kh = te.reduce_axis((0, wl.kh), "kh")
     kw = te.reduce_axis((0, wl.kw), "kw")
     if weight_layout == "IHWO":
@@ -108,10 +92,14 @@ def _conv_prim_func(wl: Conv2dWorkload, weight_layout: str, epilogue: Epilogue) 
     else:
         def w_at(co, c, y, x):
             return weight[co, c, y, x]
+    def channel(co: Any, c: Any) -> Any:   # the input channel of output ``co``'s group that ``c`` counts
+        return c if wl.g == 1 else co // cog * cig + c
+
     conv = te.compute(
         (wl.n, wl.co, wl.oh, wl.ow),
-        lambda n, co, y, x: te.sum(src[n, ci, y * wl.sh + kh, x * wl.sw + kw] * w_at(co, ci, kh, kw),
-                                   axis=[ci, kh, kw]),
+        lambda n, co, y, x: te.sum(
+            src[n, channel(co, ci), y * wl.sh + kh * wl.dh, x * wl.sw + kw * wl.dw] * w_at(co, ci, kh, kw),
+            axis=[ci, kh, kw]),
         name="conv")
     if not epilogue:
         return te.create_prim_func([data, weight, conv])
@@ -126,7 +114,7 @@ def _conv_prim_func(wl: Conv2dWorkload, weight_layout: str, epilogue: Epilogue) 
             value = value + bias[co]
         if residual is not None:
             value = value + residual[n, co, y, x]
-        return te.max(value, te.const(0.0, "float32")) if epilogue.relu else value
+        return epilogue.apply(value)
 
     return te.create_prim_func([*inputs, te.compute((wl.n, wl.co, wl.oh, wl.ow), after, name="epilogue")])
 
@@ -154,13 +142,20 @@ class _Unchecked:
 
 
 def conv2d_nchw_reference(data: np.ndarray, weight_oihw: np.ndarray, wl: Conv2dWorkload) -> np.ndarray:
-    """NCHW conv2d in numpy (im2col + BLAS), float32 in, float32 out."""
+    """NCHW conv2d in numpy (im2col + BLAS per group), float32 in, float32 out; groups and dilation as ``wl``
+    says."""
     from numpy.lib.stride_tricks import sliding_window_view
 
     x = np.pad(data, ((0, 0), (0, 0), (wl.ph, wl.ph), (wl.pw, wl.pw)))
-    win = sliding_window_view(x, (wl.kh, wl.kw), axis=(2, 3))[:, :, ::wl.sh, ::wl.sw][:, :, :wl.oh, :wl.ow]
-    out = np.tensordot(win, weight_oihw, axes=([1, 4, 5], [1, 2, 3]))  # N, OH, OW, CO
-    return np.ascontiguousarray(out.transpose(0, 3, 1, 2), dtype=np.float32)
+    span = (wl.dh * (wl.kh - 1) + 1, wl.dw * (wl.kw - 1) + 1)
+    win = sliding_window_view(x, span, axis=(2, 3))[:, :, ::wl.sh, ::wl.sw, ::wl.dh, ::wl.dw][:, :, :wl.oh, :wl.ow]
+    cig, cog = wl.ci_per_group, wl.co // wl.g
+    if cig == 1 and cog == 1:   # depthwise: one multiply-add per window element, no BLAS needed
+        out = np.einsum("nchwyx,cyx->nchw", win, weight_oihw[:, 0], optimize=True)
+        return np.ascontiguousarray(out, dtype=np.float32)
+    parts = [np.tensordot(win[:, g * cig:(g + 1) * cig], weight_oihw[g * cog:(g + 1) * cog],
+                          axes=([1, 4, 5], [1, 2, 3])) for g in range(wl.g)]          # each N, OH, OW, CO/G
+    return np.ascontiguousarray(np.concatenate(parts, axis=3).transpose(0, 3, 1, 2), dtype=np.float32)
 
 
 def export(executable: Any, profile: BoardProfile, index: int, features: dict[str, float],
@@ -189,7 +184,7 @@ class ConvTemplateBase(Template):
     def make_inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
         wl = self.workload
         data = rng.uniform(-1, 1, (wl.n, wl.ci, wl.h, wl.w)).astype(np.float32)
-        weight = rng.uniform(-1, 1, (wl.co, wl.ci, wl.kh, wl.kw)).astype(np.float32)
+        weight = rng.uniform(-1, 1, weight_shape(wl, "OIHW")).astype(np.float32)
         if self.weight_layout == "IHWO":
             weight = np.ascontiguousarray(weight.transpose(1, 2, 3, 0))
         return [data, weight]
@@ -268,15 +263,18 @@ class CPUConv2dTemplate(ConvTemplateBase):
     """TVM device the built library runs on."""
 
     def knobs(self) -> list[Knob]:
+        """A grouped conv's channel knobs split one group's channels; with one input channel per group the
+        reduction orders coincide (one is kept), with one output channel per group only columns vectorise."""
         wl = self.workload
+        cig, cog = wl.ci_per_group, wl.co // wl.g
         return [
-            SplitKnob("tile_co", wl.co, 2),
+            SplitKnob("tile_co", cog, 2),
             SplitKnob("tile_oh", wl.oh, 2),
             SplitKnob("tile_ow", wl.ow, 2),
-            SplitKnob("tile_ci", wl.ci, 2),
-            CategoricalKnob("reorder", list(REORDERS)),
+            SplitKnob("tile_ci", cig, 2),
+            CategoricalKnob("reorder", list(REORDERS if cig > 1 else REORDERS[2:3])),
             CategoricalKnob("acc_rows", [1, 0]),
-            CategoricalKnob("vec", ["co", "ow"]),
+            CategoricalKnob("vec", ["co", "ow"] if cog > 1 else ["ow"]),
             CategoricalKnob("unroll_tile", [1, 0]),
             CategoricalKnob("auto_unroll_max_step", [0, 16, 64, 512]),
             CategoricalKnob("parallel", list(PARALLEL)),
@@ -287,18 +285,23 @@ class CPUConv2dTemplate(ConvTemplateBase):
         """The untuned config a whole-model export uses for a shape without a record: output-channel blocks of
         two vectors, rows of up to 8 columns (4 with 16 vector registers), a 16-deep reduction block, weights
         repacked once. Chosen among 17 candidates on the development set (ResNet-18 C1, C2, C6, C8, C11 on a
-        Zen 5 CPU with AVX-512): the only one within 10 % of the best candidate on every layer but the noisiest."""
+        Zen 5 CPU with AVX-512): the only one within 10 % of the best candidate on every layer but the noisiest.
+        A conv with one output channel per group (depthwise) vectorises its columns instead: rows of up to one
+        vector, up to 4 rows per tile."""
         wl = self.workload
         lanes, registers = vector_unit(self.profile)
+        cig, cog = wl.ci_per_group, wl.co // wl.g
 
         def block(n: int, cap: int) -> list[int]:
             b = max(d for d in range(1, cap + 1) if n % d == 0)
             return [n // b, b]
 
-        values = {"tile_co": block(wl.co, 2 * lanes), "tile_oh": [wl.oh, 1],
-                  "tile_ow": block(wl.ow, 8 if registers >= 32 else 4), "tile_ci": block(wl.ci, 16),
-                  "reorder": "ci.kh.kw.ci", "acc_rows": 1, "vec": "co", "unroll_tile": 1, "auto_unroll_max_step": 16,
-                  "parallel": "co.oh", "pack_weight": "root"}
+        values = {"tile_co": block(cog, 2 * lanes), "tile_oh": [wl.oh, 1],
+                  "tile_ow": block(wl.ow, 8 if registers >= 32 else 4), "tile_ci": block(cig, 16),
+                  "reorder": "ci.kh.kw.ci" if cig > 1 else "kh.kw.ci.ci", "acc_rows": 1, "vec": "co",
+                  "unroll_tile": 1, "auto_unroll_max_step": 16, "parallel": "co.oh", "pack_weight": "root"}
+        if cog == 1:
+            values |= {"tile_oh": block(wl.oh, 4), "tile_ow": block(wl.ow, lanes), "vec": "ow", "pack_weight": "none"}
         return self.space().get(self.space().index_of(values))
 
     def schedule(self, config: Config, epilogue: Epilogue | None = None) -> Any:
@@ -309,6 +312,9 @@ class CPUConv2dTemplate(ConvTemplateBase):
         sch = new_schedule(self._compute(epilogue))
         conv = sch.get_sblock("conv")
         n, co, oh, ow, rc, ry, rx = sch.get_loops(conv)
+        groups = [] if self.workload.g == 1 else [n]
+        if groups:   # a group's output channels are tiled; the groups are an outer loop
+            groups[0], co = sch.split(co, [self.workload.g, None])
         co_o, co_v = sch.split(co, [None, c["tile_co"][1]])
         oh_o, oh_i = sch.split(oh, [None, c["tile_oh"][1]])
         ow_o, ow_i = sch.split(ow, [None, c["tile_ow"][1]])
@@ -317,10 +323,10 @@ class CPUConv2dTemplate(ConvTemplateBase):
         reduction = [named[p].pop(0) for p in c["reorder"].split(".")]
         inner = [ow_i, co_v] if c["vec"] == "co" else [co_v, ow_i]
         if c["acc_rows"]:
-            order = [n, co_o, oh_o, ow_o, *reduction, oh_i, *inner]
+            order = [n, *groups, co_o, oh_o, ow_o, *reduction, oh_i, *inner]
             acc_at = ow_o
         else:
-            order = [n, co_o, oh_o, ow_o, oh_i, *reduction, *inner]
+            order = [n, *groups, co_o, oh_o, ow_o, oh_i, *reduction, *inner]
             acc_at = oh_i
         sch.reorder(*order)
         local = sch.cache_write(conv, 0, "local")
@@ -328,7 +334,7 @@ class CPUConv2dTemplate(ConvTemplateBase):
             sch.transform_layout(conv, ("write", 0), lambda n_, co_, y, x: (n_, y, x, co_))
         sch.reverse_compute_at(local, acc_at)
 
-        outer = {"co": [n, co_o], "co.oh": [n, co_o, oh_o], "co.oh.ow": [n, co_o, oh_o, ow_o]}[c["parallel"]]
+        outer = [n, *groups, co_o] + {"co": [], "co.oh": [oh_o], "co.oh.ow": [oh_o, ow_o]}[c["parallel"]]
         fused = sch.fuse(*outer)
         sch.parallel(fused)
         _pack_weight(sch, conv, c["pack_weight"], c["tile_co"][1], fused)

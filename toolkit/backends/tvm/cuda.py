@@ -1,5 +1,8 @@
 """CUDA conv2d template (``cuda-conv2d``): AutoTVM's direct NCHW conv2d schedule for Jetson GPUs.
 
+Grouped, depthwise and dilated convs share it: the reduction splits one group's input channels, and a block
+stages the inputs of every group its output channels span.
+
 Knobs as in AutoTVM's ``conv2d_nchw.cuda`` (``topi/cuda/conv2d_direct.py``): 4-way splits
 ``tile_f``/``tile_y``/``tile_x`` of output channels, rows and columns
 (``[block, vthread, thread, inner]``), 2-way splits ``tile_rc``/``tile_ry``/``tile_rx`` of the
@@ -23,7 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from toolkit.backends.tvm.cpu import ConvTemplateBase, Epilogue, new_schedule
+from toolkit.backends.tvm.cpu import ConvTemplateBase, new_schedule
+from toolkit.backends.tvm.epilogue import Epilogue
 from toolkit.tuning.core.result import ErrorClass
 from toolkit.tuning.core.space import CategoricalKnob, Config, Knob, SplitKnob
 from toolkit.tuning.core.template import BuildError
@@ -48,7 +52,7 @@ class CUDAConv2dTemplate(ConvTemplateBase):
             SplitKnob("tile_f", wl.co, 4),
             SplitKnob("tile_y", wl.oh, 4),
             SplitKnob("tile_x", wl.ow, 4),
-            SplitKnob("tile_rc", wl.ci, 2),
+            SplitKnob("tile_rc", wl.ci_per_group, 2),
             SplitKnob("tile_ry", wl.kh, 2),
             SplitKnob("tile_rx", wl.kw, 2),
             CategoricalKnob("auto_unroll_max_step", [0, 512, 1500]),
@@ -72,9 +76,10 @@ class CUDAConv2dTemplate(ConvTemplateBase):
         rc, ry, rx = c["tile_rc"][1], c["tile_ry"][1], c["tile_rx"][1]
         threads = f[2] * y[2] * x[2]
         ft, yt, xt = math.prod(f[1:]), math.prod(y[1:]), math.prod(x[1:])
-        rows = (yt - 1) * wl.sh + ry
-        cols = (xt - 1) * wl.sw + rx
-        shared = 4 * (rc * rows * cols + ft * rc * ry * rx)
+        rows = (yt - 1) * wl.sh + (ry - 1) * wl.dh + 1
+        cols = (xt - 1) * wl.sw + (rx - 1) * wl.dw + 1
+        groups = -(-ft // (wl.co // wl.g))   # the groups a block's output channels span read their own inputs
+        shared = 4 * (groups * rc * rows * cols + ft * rc * ry * rx)
         acc = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
         regs = acc + REGISTER_OVERHEAD
         return {"threads": threads, "threads_z": f[2], "threads_y": y[2], "threads_x": x[2],
@@ -115,10 +120,10 @@ class CUDAConv2dTemplate(ConvTemplateBase):
 
         f_inner = divisor(wl.co, 2)
         f_threads = divisor(wl.co // f_inner, 4)
-        y_threads, x_threads, rc = divisor(wl.oh, 8), divisor(wl.ow, 8), divisor(wl.ci, 8)
+        y_threads, x_threads, rc = divisor(wl.oh, 8), divisor(wl.ow, 8), divisor(wl.ci_per_group, 8)
         values = {"tile_f": [wl.co // (f_threads * f_inner), 1, f_threads, f_inner],
                   "tile_y": [wl.oh // y_threads, 1, y_threads, 1], "tile_x": [wl.ow // x_threads, 1, x_threads, 1],
-                  "tile_rc": [wl.ci // rc, rc], "tile_ry": [1, wl.kh], "tile_rx": [1, wl.kw],
+                  "tile_rc": [wl.ci_per_group // rc, rc], "tile_ry": [1, wl.kh], "tile_rx": [1, wl.kw],
                   "auto_unroll_max_step": 512, "unroll_explicit": 1}
         return self.space().get(self.space().index_of(values))
 

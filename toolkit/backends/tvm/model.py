@@ -2,18 +2,18 @@
 
 ``compile_model`` imports the program with ``relax.frontend.torch.from_exported_program``, binds the weights
 as constants, folds batch-norm into the conv weights (after the conv's own bias too; ``FoldBatchnormToConv2D``,
-then ``DecomposeOpsForInference`` for any batch-norm left), and replaces every plain conv2d (NCHW, groups 1,
-no dilation) by a ``call_tir`` of edgetune's scheduled kernel for its shape: the tuned config when a
+then ``DecomposeOpsForInference`` for any batch-norm left), and replaces every NCHW float32 conv2d (plain,
+grouped, depthwise or dilated) by a ``call_tir`` of edgetune's scheduled kernel for its shape: the tuned config when a
 record is given, else the template's fallback config (TVM's default pipeline would leave the conv
 unscheduled). The kernels take their weights in their template's layout (``IHWO`` on CPUs: the transpose is
 folded at compile time; ``OIHW`` on CUDA). What
 follows a conv element by element (a per-channel constant added: its bias or folded batch-norm; then a
-tensor of its shape added: a residual; then ReLU), each step the only use of the one before, is computed
-by the kernel itself as each output element leaves its accumulator (:class:`~toolkit.backends.tvm.cpu.Epilogue`),
-so the conv's output is written once. Each kernel is marked opaque, so ``FuseOps`` leaves it whole, and
-scheduled, so a GPU pipeline's default schedules (``dlight``) leave it as it is. Grouped and depthwise convs,
-pooling, the classifier and every other operator go through TVM's default pipeline for the target (on CUDA:
-``dlight``'s GPU rules).
+tensor of its shape added: a residual; then an activation: ReLU, ReLU6 or another clip, sigmoid, SiLU,
+Hardswish, Hardsigmoid), each step reading only the one before, is computed by the kernel itself as each
+output element leaves its accumulator (:class:`~toolkit.backends.tvm.epilogue.Epilogue`), so the conv's
+output is written once. Each kernel is marked opaque, so ``FuseOps`` leaves it whole, and
+scheduled, so a GPU pipeline's default schedules (``dlight``) leave it as it is. Pooling, the classifier and
+every other operator go through TVM's default pipeline for the target (on CUDA: ``dlight``'s GPU rules).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from toolkit.backends.tvm.cpu import Epilogue
+from toolkit.backends.tvm.epilogue import Epilogue, fuse_activations
 from toolkit.backends.tvm.link import link_library
 from toolkit.boards import BoardProfile
 from toolkit.errors import ExportError, error_line
@@ -97,7 +97,7 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
     """The whole model for ``profile`` (cross-linked by its compiler), each conv as its plan says (graph order: a
     plan with a template gets edgetune's kernel, one without TVM's default lowering). Each plan with a kernel
     gets its ``kernel`` (the function's name in the kernels' library) and ``epilogue`` (what the kernel computes
-    in the model: ``["bias", "residual", "relu"]`` at most; none unless ``fuse``: then TVM fuses what follows
+    in the model: ``["bias", "residual", ACTIVATION]`` at most; none unless ``fuse``: then TVM fuses what follows
     each kernel into an elementwise kernel of its own)."""
     import tvm
     from tvm import relax
@@ -105,28 +105,44 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
     mod = relax_module(program)
     kernels: dict[tuple[str, int | None, Epilogue], tuple[Any, str]] = {}
     alone: dict[str, Any] = {}
+    made: dict[str, tuple[ConvPlan, Epilogue]] = {}     # kernel name -> its conv's plan and epilogue
+
+    def scheduled(plan: ConvPlan, epilogue: Epilogue) -> tuple[Any, str]:
+        if progress is not None and not epilogue:
+            progress(f"kernel {plan.template.workload.label}")
+        try:
+            func = plan.template.schedule(plan.config, epilogue)["main"]
+        except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
+            raise ExportError(f"config #{plan.config.index} of {plan.template.workload.label} does not schedule "
+                              f"({error_line(exc)}); tune it again") from None
+        name = f"edgetune_conv{len(kernels)}"
+        func = func.with_attr("global_symbol", name).with_attr("tir.is_scheduled", True)
+        if not epilogue:
+            alone[name] = func
+        made[name] = plan, epilogue
+        return func.with_attr("op_pattern", OPAQUE), name
 
     def kernel(plan: ConvPlan, builder: Any, epilogue: Epilogue) -> Any:
         key = (plan.template.workload.spec(), plan.config.index if plan.config else None, epilogue)
         if key not in kernels:
-            if progress is not None and not epilogue:
-                progress(f"kernel {plan.template.workload.label}")
-            try:
-                func = plan.template.schedule(plan.config, epilogue)["main"]
-            except Exception as exc:  # noqa: BLE001 - ScheduleError and friends
-                raise ExportError(f"config #{plan.config.index} of {plan.template.workload.label} does not schedule "
-                                  f"({error_line(exc)}); tune it again") from None
-            name = f"edgetune_conv{len(kernels)}"
-            func = func.with_attr("global_symbol", name).with_attr("tir.is_scheduled", True)
-            if not epilogue:
-                alone[name] = func
-            kernels[key] = builder.add_func(func.with_attr("op_pattern", OPAQUE), name), name
+            func, name = scheduled(plan, epilogue)
+            kernels[key] = builder.add_func(func, name), name
         if not epilogue:
             plan.kernel = kernels[key][1]
         return kernels[key][0]
 
+    def grow(name: str, epilogue: Epilogue, call: Any) -> Any:
+        plan = made[name][0]
+        rewriter.epilogues[plan.module] = epilogue
+        return relax.call_tir(kernel(plan, builder, epilogue), call.args[1], call.ty_args[0])
+
     rewriter = _ConvRewriter(mod, plans, kernel, fuse)
     mod = rewriter.run()
+    if fuse:
+        builder = relax.BlockBuilder(mod)
+        main = fuse_activations(mod["main"], {name: epilogue for name, (_, epilogue) in made.items()}, grow)
+        builder.update_func(mod.get_global_var("main"), main)
+        mod = builder.get()
     mod = _without_unused_kernels(relax.transform.DeadCodeElimination(["main"])(mod))
     mod = relax.transform.FoldConstant()(mod)
     if progress is not None:
@@ -159,13 +175,14 @@ def _make_rewriter() -> type:
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    conv_op, add_op, relu_op = (tvm.ir.Op.get(f"relax.{name}") for name in ("nn.conv2d", "add", "nn.relu"))
+    conv_op, add_op = (tvm.ir.Op.get(f"relax.{name}") for name in ("nn.conv2d", "add"))
 
     @mutator
     class Rewriter(PyExprMutator):
-        """Replaces the model's convs by edgetune kernels, then grows each kernel's epilogue over the elementwise
-        ops that follow it (a per-channel constant added, then a tensor of its shape added, then ReLU), each
-        taking the kernel's output as its only use; the kernels they replace are left dead."""
+        """Replaces the model's convs by edgetune kernels, then grows each kernel's epilogue over the adds that
+        follow it (a per-channel constant added, then a tensor of its shape added), each taking the kernel's output
+        as its only use; the kernels they replace are left dead. Activations come after
+        (:func:`~toolkit.backends.tvm.epilogue.fuse_activations`)."""
 
         def __init__(self, mod: Any, plans: Sequence[ConvPlan], kernel: Callable[[ConvPlan, Any, Epilogue], Any],
                      fuse: bool) -> None:
@@ -184,7 +201,7 @@ def _make_rewriter() -> type:
             call = super().visit_call_(call)
             if call.op == conv_op:
                 return self._conv(call)
-            if self.fuse and call.op in (add_op, relu_op):
+            if self.fuse and call.op == add_op:
                 return self._grow(call)
             return call
 
@@ -211,20 +228,16 @@ def _make_rewriter() -> type:
             return relax.call_tir(self.kernel(plan, self.builder_, epilogue), args, ty)
 
         def _grow(self, call: Any) -> Any:
-            """``call`` (an add or a ReLU) as a step of the epilogue of the kernel it takes, when it can be one."""
-            sources = [call.args[0]] if call.op == relu_op else [call.args[0], call.args[1]]
-            for i, source in enumerate(sources):
+            """``call`` (an add) as a step of the epilogue of the kernel it takes, when it can be one."""
+            for i, source in enumerate(call.args[:2]):
                 if (source not in self.growing or self.uses.get(source, 0) != 1 or not _takes_once(call, source)
                         or _static_shape_of(call.ty) != _static_shape(source)):   # a broadcast to a larger shape
                     continue
                 plan, epilogue = self.growing[source]
                 args = list(self.lookup_binding(source).args[1].fields)
-                if call.op == relu_op:
-                    grown = None if epilogue.relu else replace(epilogue, relu=True)
-                else:
-                    grown, args = _added(call.args[1 - i], call.ty, epilogue, args)
-                    args = [a if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else self.builder_.emit(a)
-                            for a in args]
+                grown, args = _added(call.args[1 - i], call.ty, epilogue, args)
+                args = [a if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else self.builder_.emit(a)
+                        for a in args]
                 if grown is not None:
                     return self._kernel_call(plan, grown, args, call.ty)
             return call
@@ -245,7 +258,7 @@ def _make_rewriter() -> type:
         """The epilogue grown by adding ``other`` to the output (of type ``ty``, NCHW) of a kernel called with
         ``args``, and the kernel's new inputs: a float32 constant of one value per output channel (as a ``[CO]``
         vector) as the bias when nothing or only a bias was done yet (two in a row are summed into one bias),
-        else a float32 tensor of the output's shape as the residual when no ReLU was done."""
+        else a float32 tensor of the output's shape as the residual."""
         shape, out = _static_shape(other), _static_shape_of(ty)
         if shape is None or out is None or other.ty.dtype != "float32" or ty.dtype != "float32":
             return None, args
@@ -258,7 +271,7 @@ def _make_rewriter() -> type:
                 if epilogue.bias:
                     return epilogue, [*args[:2], relax.op.add(args[2], bias)]
                 return Epilogue(bias=True), [*args, bias]
-        if shape == out and not epilogue.residual and not epilogue.relu:
+        if shape == out and not epilogue.residual:
             return replace(epilogue, residual=True), [*args, other]
         return None, args
 
@@ -293,21 +306,22 @@ def _use_counts(func: Any) -> dict[Any, int]:
 
 
 def _workload(call: Any) -> Conv2dWorkload | None:
-    """The edgetune workload of a Relax conv2d call (``None`` when it is not one: grouped, dilated, another
-    layout or dtype, a weight computed at run time, a symbolic shape)."""
+    """The edgetune workload of a Relax conv2d call, groups and dilation included (``None`` when it is not one:
+    another layout or dtype, asymmetric padding, a weight computed at run time, a symbolic shape)."""
     import tvm
 
     a = call.attrs
     plain = (a.data_layout == "NCHW" and a.kernel_layout == "OIHW" and a.out_layout == "NCHW"
-             and [int(d) for d in a.dilation] == [1, 1] and isinstance(call.args[1], tvm.ir.expr.Constant))
+             and isinstance(call.args[1], tvm.ir.expr.Constant))
     pad = [int(p) for p in a.padding]
-    if not plain or int(a.groups) != 1 or pad[0] != pad[2] or pad[1] != pad[3]:
+    if not plain or pad[0] != pad[2] or pad[1] != pad[3]:
         return None
     xs, ws = _static_shape(call.args[0]), _static_shape(call.args[1])
     if xs is None or ws is None or call.args[0].ty.dtype != "float32":   # a symbolic shape, another dtype
         return None
+    dh, dw = (int(d) for d in a.dilation)
     return Conv2dWorkload(xs[0], xs[2], xs[3], xs[1], ws[0], ws[2], ws[3], int(a.strides[0]), int(a.strides[1]),
-                          pad[0], pad[1])
+                          pad[0], pad[1], g=int(a.groups), dh=dh, dw=dw)
 
 
 _REWRITER: type | None = None

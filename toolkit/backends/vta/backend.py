@@ -261,9 +261,7 @@ class VTABackend(Backend):
         input channels that are not get the space-to-depth rewrite (:meth:`model_workload`) where it applies."""
         from toolkit.vta.quantize import vta_refusal
 
-        if layer.dilation != (1, 1):
-            return "dilated"
-        return vta_refusal(self.model_workload(layer, profile), layer.groups, get_preset(profile.vta["preset"]))
+        return vta_refusal(self.model_workload(layer, profile), get_preset(profile.vta["preset"]))
 
     def model_workload(self, layer: Any, profile: BoardProfile) -> Conv2dWorkload:
         """A conv whose input channels are not a multiple of VTA's block runs as its space-to-depth rewrite

@@ -155,7 +155,7 @@ def compile_vta_model(program: Any, profile: BoardProfile, plans: Sequence[ConvP
         raise ExportError(f"the model's graph has {len(conv_layers)} convs where its trace found {len(plans)}; "
                           "VTA exports take models of plain 2-D convs")
     if all(plan.template is None for plan in plans):
-        why = [f"{layer.name}: {vta_refusal(conv_workload(q, layer), layer.attrs['groups'], hw) or 'not plain'}"
+        why = [f"{layer.name}: {vta_refusal(conv_workload(q, layer), hw) or 'not plain'}"
                for layer in conv_layers]
         raise ExportError(f"no conv of the model can run on VTA ({'; '.join(why[:3])}{' ...' if len(why) > 3 else ''}"
                           "); export it for a CPU board (-b local)")

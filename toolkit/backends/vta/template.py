@@ -18,6 +18,7 @@ from toolkit.tuning.core.result import ErrorClass
 from toolkit.tuning.core.space import Config, ConfigSpace
 from toolkit.tuning.core.template import Artifact, BuildError, Template
 from toolkit.workloads import Conv2dWorkload
+from toolkit.workloads.networks import dense_refusal
 
 OPTIONS = {"tvm_compat": False, "bias": False}
 """Template options and defaults: ``tvm_compat`` rejects configs TVM v0.18's lowering cannot build
@@ -41,6 +42,9 @@ class VTAConv2dTemplate(Template):
         if not profile.vta or "preset" not in profile.vta:
             raise ConfigError(f"board type {profile.name!r} has no [vta] preset; it cannot run VTA programs")
         self.hw = get_preset(profile.vta["preset"])
+        refusal = dense_refusal(workload)
+        if refusal:
+            raise ConfigError(f"{workload.label}: {refusal}; tune it on a CPU or GPU board")
         for what, n, block in (("N", workload.n, self.hw.batch), ("CI", workload.ci, self.hw.block_in),
                                ("CO", workload.co, self.hw.block_out)):
             if n % block:
