@@ -205,6 +205,13 @@ class Backend(abc.ABC):
         ``epilogue``; ``calibration``: inputs to quantise on, for families that run int8 models."""
         raise ExportError(f"the {self.name} backend compiles no whole models")
 
+    def check_model_build(self, folder: Path, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan],
+                          x: np.ndarray, reference: list[np.ndarray], *, on_step: Any = None) -> dict[str, Any]:
+        """The model built into ``folder`` run on ``x`` and compared with PyTorch's ``reference`` outputs before it
+        is exported: the check's record for the manifest (``checked``, and its ``verdict`` or ``why`` not);
+        :class:`ExportError` when it differs."""
+        return {"checked": False, "why": f"the {self.name} backend checks its models when they run"}
+
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
                   per_layer: bool = False) -> ModelTiming:

@@ -80,6 +80,9 @@ def export(
     workload: Annotated[Optional[list[str]], typer.Option(
         "--workload", "-w", help="Kernels: export only this workload (name or spec); repeat for several.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in --out.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check/--no-check", help="--model: run the built model once on a seeded input and compare it with "
+                                   "PyTorch before writing anything (where this machine can run it).")] = True,
     inventory: InventoryOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -99,7 +102,7 @@ def export(
             calibration = _read_npy(calibrate, "--calibrate") if calibrate is not None else None
             manifest = export_model(model, out, board, logs=logs, input_shape=parse_input_shape(input_shape),
                                     seed=seed, calibration=calibration, inventory=inv, force=force,
-                                    progress=building)
+                                    check=check, progress=building)
         else:
             if calibrate is not None:
                 raise ConfigError("--calibrate quantises a whole model; give it with --model")
@@ -131,6 +134,11 @@ def export(
                  f"{counts['tvm']} by TVM's default lowering", f"{counts['cpu']} int8 on the CPU"]
         console.info(", ".join(p for p in parts if not p.startswith("0 ") or "convs" in p or "fallback" in p)
                      + f"; manifest: {out / 'manifest.json'}; the command took {console.command_seconds():.1f} s")
+        checked = manifest.model.get("check") or {}
+        if checked.get("checked"):
+            console.info(f"checked against PyTorch on a seeded input: {checked['verdict']}")
+        elif checked:
+            console.warn(f"not checked against PyTorch: {checked['why']}")
         calib = manifest.model.get("calibration") or {}
         if calib.get("source") == "synthetic":
             console.warn(f"calibrated on synthetic inputs: {calib['note']}")

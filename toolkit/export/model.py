@@ -36,14 +36,17 @@ MODEL_KIND = "model"
 def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProfile, *,
                  logs: Sequence[str | Path] = (), input_shape: tuple[int, int, int, int] = (1, 3, 224, 224),
                  seed: int = 0, calibration: np.ndarray | None = None, inventory: Inventory | None = None,
-                 force: bool = False, progress: Callable[[str], None] | None = None) -> ExportManifest:
+                 force: bool = False, check: bool = True,
+                 progress: Callable[[str], None] | None = None) -> ExportManifest:
     """Compile ``model`` for ``board`` with the best record of each conv shape in ``logs`` into ``out_dir``.
 
     ``model``: a built-in network (its weights drawn from ``seed``), a ``.pt2`` or TorchScript file,
     ``module:factory`` or an ``nn.Module``; ``input_shape`` its input. ``out_dir`` must be new or empty
     (``force`` replaces an earlier export). ``calibration``: inputs (stacked on axis 0) an int8 model (VTA) is
-    quantised on; without them it is calibrated on synthetic inputs, and the manifest says so.
-    ``progress(what)`` is told what is being built.
+    quantised on; without them it is calibrated on synthetic inputs, and the manifest says so. With ``check``
+    the built model runs once on a seeded input and is compared with PyTorch's output before anything is written
+    (where this machine can run it; the manifest's ``check`` says what was done): a model that differs is an
+    :class:`ExportError` naming the first op that differs. ``progress(what)`` is told what is being built.
     """
     name, profile = target_profile(board, inventory)
     backend = backend_for(profile)
@@ -59,6 +62,13 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
     def fill(stage: Path) -> ExportManifest:
         build = backend.compile_model(loaded.program, profile, plans, stage, calibration=calibration,
                                       progress=progress)
+        checked = {"checked": False, "why": "--no-check"}
+        if check:
+            if progress is not None:
+                progress("a check against PyTorch")
+            x = np.random.default_rng(seed).standard_normal(input_shape).astype(np.float32)
+            checked = backend.check_model_build(stage, loaded.program, profile, plans, x,
+                                                reference_outputs(loaded, x), on_step=progress)
         (stage / LOG_DIR).mkdir()
         copied = []
         for i, (log, _) in enumerate(log_files):
@@ -71,7 +81,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
             "inputs": [{"name": _input_name(loaded), "shape": list(input_shape), "dtype": "float32"}],
             "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs],
             **build.extra, "convs": [p.to_json() for p in plans], "unused_records": unused,
-            "tuned_elsewhere": elsewhere,
+            "tuned_elsewhere": elsewhere, "check": checked,
             "skipped": [{"module": m, "why": why} for m, why in extraction.skipped]}
         tuned_on = _tuned_on(log_files)
         manifest = ExportManifest(

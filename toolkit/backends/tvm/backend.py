@@ -10,6 +10,7 @@ import numpy as np
 
 from toolkit.backends.base import Backend, ModelTiming, rebuild
 from toolkit.backends.tvm.cpu import BUILD_TIMEOUT_S, weight_shape
+from toolkit.backends.tvm.model_check import flatten
 from toolkit.boards import Board, BoardProfile
 from toolkit.errors import ConfigError, ExportError
 from toolkit.manifest import ConvPlan, ModelBuild
@@ -178,6 +179,14 @@ class TVMBackend(Backend):
         return ModelBuild(files, {"params": f"bound into {files['model']} as constants (conv weights already in "
                                             "the kernels' layout)"})
 
+    def check_model_build(self, folder: Path, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan],
+                          x: np.ndarray, reference: list[np.ndarray], *, on_step: Any = None) -> dict[str, Any]:
+        """Run here when this machine runs the board's code (:mod:`toolkit.backends.tvm.model_check`)."""
+        from toolkit.backends.tvm.model_check import check_build
+
+        return check_build((folder / "model.so").read_bytes(), program, profile, plans, x, reference,
+                           on_step=on_step)
+
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,
                   per_layer: bool = False) -> ModelTiming:
@@ -206,7 +215,7 @@ class TVMBackend(Backend):
                 outputs, args = [], None
                 for x in inputs:
                     args = tvm.runtime.tensor(np.ascontiguousarray(x), dev)
-                    outputs.append(_flatten(vm["main"](args)))
+                    outputs.append(flatten(vm["main"](args)))
                 at("timing")
                 timer = vm.time_evaluator("main", dev, number=options.number, repeat=options.repeat,
                                           min_repeat_ms=int(options.min_repeat_ms))
@@ -246,10 +255,3 @@ class TVMBackend(Backend):
                                        min_repeat_ms=int(options.min_repeat_ms))
             out[name] = float(np.median(timer(*args).results))
         return out
-
-
-def _flatten(value: Any) -> list[np.ndarray]:
-    """A VM result (a tensor, or a tuple of them) as a list of numpy arrays."""
-    if hasattr(value, "numpy"):
-        return [value.numpy()]
-    return [a for v in value for a in _flatten(v)]

@@ -131,16 +131,27 @@ def compile_model(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan]
             plan.kernel = kernels[key][1]
         return kernels[key][0]
 
+    failures: list[ExportError] = []
+
     def grow(name: str, epilogue: Epilogue, call: Any) -> Any:
         plan = made[name][0]
         rewriter.epilogues[plan.module] = epilogue
-        return relax.call_tir(kernel(plan, builder, epilogue), call.args[1], call.ty_args[0])
+        try:
+            return relax.call_tir(kernel(plan, builder, epilogue), call.args[1], call.ty_args[0])
+        except ExportError as exc:   # TVM's rewriter passes it on as a RuntimeError
+            failures.append(exc)
+            raise
 
     rewriter = _ConvRewriter(mod, plans, kernel, fuse)
     mod = rewriter.run()
     if fuse:
         builder = relax.BlockBuilder(mod)
-        main = fuse_activations(mod["main"], {name: epilogue for name, (_, epilogue) in made.items()}, grow)
+        try:
+            main = fuse_activations(mod["main"], {name: epilogue for name, (_, epilogue) in made.items()}, grow)
+        except Exception:
+            if failures:
+                raise failures[0] from None
+            raise
         builder.update_func(mod.get_global_var("main"), main)
         mod = builder.get()
     mod = _without_unused_kernels(relax.transform.DeadCodeElimination(["main"])(mod))
@@ -188,6 +199,7 @@ def _make_rewriter() -> type:
                      fuse: bool) -> None:
             super().__init__(mod)
             self.mod_, self.plans, self.kernel, self.fuse, self.seen = mod, list(plans), kernel, fuse, 0
+            self.failure: ExportError | None = None
             self.uses = _use_counts(mod["main"])
             self.bound: Any = None
             self.growing: dict[Any, tuple[ConvPlan, Epilogue]] = {}   # var bound to a kernel call -> what it does
@@ -199,10 +211,14 @@ def _make_rewriter() -> type:
 
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
-            if call.op == conv_op:
-                return self._conv(call)
-            if self.fuse and call.op == add_op:
-                return self._grow(call)
+            try:
+                if call.op == conv_op:
+                    return self._conv(call)
+                if self.fuse and call.op == add_op:
+                    return self._grow(call)
+            except ExportError as exc:   # TVM's visitor passes it on as a RuntimeError: `run` raises it again
+                self.failure = exc
+                raise
             return call
 
         def _conv(self, call: Any) -> Any:
@@ -244,7 +260,12 @@ def _make_rewriter() -> type:
 
         def run(self) -> Any:
             gv = self.mod_.get_global_var("main")
-            self.builder_.update_func(gv, self.visit_expr(self.mod_["main"]))
+            try:
+                self.builder_.update_func(gv, self.visit_expr(self.mod_["main"]))
+            except Exception:
+                if self.failure is not None:
+                    raise self.failure from None
+                raise
             if self.seen != len(self.plans):
                 raise ExportError(f"the model's Relax graph has {self.seen} convs, its PyTorch graph "
                                   f"{len(self.plans)}; the model cannot be matched")
