@@ -2,6 +2,12 @@
 and MetaSchedule at the same trial budget, at one thread and at every thread.
 
     .venv/bin/python -m bench.bench_model [--models resnet18,mobilenet_v1] [--trials-per-task 32] [--write-docs]
+    .venv/bin/python -m bench.bench_model --edge [--trials-per-task 8] [--write-docs]
+
+``--edge``: the edge models (MobileNet-v2, MobileNet-v3-Small: depthwise convs, ReLU6, Hardswish, SE gates) and
+ResNet-18, in ``bench/out/edge/`` and the section "## Edge models on local" of ``docs/benchmarks.md``;
+``--tuner`` and ``--no-metaschedule`` pick the tuner and leave MetaSchedule out (its evolutionary search
+spends minutes per round on 2 cores).
 
 For each built-in model (seeded random weights, batch 1, 224x224):
 
@@ -38,17 +44,19 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "model"
 DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Whole models on local (ResNet-18, MobileNet-v1)"
+EDGE = ("mobilenet_v2,mobilenet_v3_small,resnet18", ROOT / "bench" / "out" / "edge", ROOT / "docs" / "benchmarks.md",
+        "## Edge models on local (MobileNet-v2, MobileNet-v3-Small, ResNet-18)")
+"""``--edge``: its models, output folder, document and section."""
 SHAPE = (1, 3, 224, 224)
 VARIANTS = ("torch", "relax-default", "metaschedule", "edgetune-untuned-apart", "edgetune-untuned", "edgetune-tuned")
 
 
-def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
-    """``tune --model`` on ``local`` (the default tuner); (log, wall seconds, trials, tuner), resumed when present."""
+def _tune(model: str, trials: int, tuner: str) -> tuple[Path, float, int, str]:
+    """``tune --model`` on ``local`` with ``tuner``; (log, wall seconds, trials, tuner), resumed when present."""
     from toolkit.backends import network_tasks
     from toolkit.boards import resolve_board
     from toolkit.tuning.network import tune_network
     from toolkit.tuning.scheduler import make_scheduler
-    from toolkit.tuning.tuners.base import DEFAULT_TUNER
     from toolkit.workloads.extract import load_network
 
     board = resolve_board("local")
@@ -56,14 +64,14 @@ def _tune(model: str, trials: int) -> tuple[Path, float, int, str]:
     budget = trials * len(plan.tasks)
     log, done = OUT / f"{model}.jsonl", OUT / f"{model}-tune.json"
     if done.exists():
-        return log, json.loads(done.read_text())["wall_s"], budget, DEFAULT_TUNER
+        return log, json.loads(done.read_text())["wall_s"], budget, tuner
     log.unlink(missing_ok=True)
     started = time.perf_counter()
-    tune_network(plan, tasks, DEFAULT_TUNER, budget, log=log,
+    tune_network(plan, tasks, tuner, budget, log=log,
                  scheduler=make_scheduler("gradient", seed=0, trials_per_round=8))
     wall = time.perf_counter() - started
-    done.write_text(json.dumps({"wall_s": wall, "trials": budget, "tuner": DEFAULT_TUNER}))
-    return log, wall, budget, DEFAULT_TUNER
+    done.write_text(json.dumps({"wall_s": wall, "trials": budget, "tuner": tuner}))
+    return log, wall, budget, tuner
 
 
 def _metaschedule(model: str, budget: int) -> tuple[Path, float]:
@@ -191,21 +199,22 @@ def _markdown(results: dict[str, Any], command: str) -> str:
              "milliseconds per inference (median of 5 timed runs of at least 200 ms, each library timed in a fresh "
              "process per thread count); every build's output checked against torch (relative error < 1e-3).", ""]
     for model, r in results["models"].items():
+        ms_run = r.get("metaschedule_wall_s") is not None
         lines += [f"**{model}**: edgetune tuned with `{r['tuner']}`, {r['budget']} trials ({r['trials_per_task']} per "
                   f"conv shape, {r['tasks']} shapes, the template's fallback config first) in "
-                  f"{r['tune_wall_s'] / 60:.1f} min; MetaSchedule the same {r['budget']} trials over the model's "
-                  "conv2d tasks in "
-                  f"{r['metaschedule_wall_s'] / 60:.1f} min.", "",
-                  "| threads | " + " | ".join(_measured(results)) + " | tuned vs torch | tuned vs MetaSchedule |",
-                  "|---" * (len(_measured(results)) + 3) + "|"]
+                  f"{r['tune_wall_s'] / 60:.1f} min; " + (
+                      f"MetaSchedule the same {r['budget']} trials over the model's conv2d tasks in "
+                      f"{r['metaschedule_wall_s'] / 60:.1f} min." if ms_run else "MetaSchedule not run."), "",
+                  "| threads | " + " | ".join(_measured(results)) + " | tuned vs torch |"
+                  + (" tuned vs MetaSchedule |" if ms_run else ""),
+                  "|---" * (len(_measured(results)) + 2 + ms_run) + "|"]
         for threads, ms_ in r["ms"].items():
             cells = [f"{ms_[v]:.2f}" if v in ms_ else "-" for v in _measured(results)]
-            lines.append(f"| {threads} | " + " | ".join(cells) +
-                         f" | {ms_['torch'] / ms_['edgetune-tuned']:.2f}x | "
-                         f"{ms_['metaschedule'] / ms_['edgetune-tuned']:.2f}x |")
+            lines.append(f"| {threads} | " + " | ".join(cells) + f" | {ms_['torch'] / ms_['edgetune-tuned']:.2f}x |"
+                         + (f" {ms_['metaschedule'] / ms_['edgetune-tuned']:.2f}x |" if ms_run else ""))
         lines.append("")
     r18 = results["models"].get("resnet18", {}).get("ms", {}).get("1")
-    if r18:
+    if r18 and "metaschedule" in r18:
         lines += [f"Targets (ResNet-18, one thread): the tuned export at least as fast as torch: "
                   f"{r18['torch'] / r18['edgetune-tuned']:.2f}x torch's speed; faster than MetaSchedule at the same "
                   f"budget: {r18['metaschedule'] / r18['edgetune-tuned']:.1f}x; the untuned export within 1.3x of "
@@ -218,7 +227,8 @@ def _markdown(results: dict[str, Any], command: str) -> str:
               "physical core: one thread); the same configs run at every thread count here. At 16 trials per shape "
               "the tuned export is within noise of the untuned one at one thread (the fallback config is trial 0 of "
               "every task, and few tasks beat it in 15 more trials); at two threads, configs tuned at one thread can "
-              "lose to it. Depthwise convs (MobileNet) take TVM's default lowering in every column but torch.", ""]
+              "lose to it. Depthwise, grouped and dilated convs get edgetune's kernels in the edgetune columns (TVM's "
+              "default lowering in the others).", ""]
     if "edgetune-untuned-apart" in _measured(results):
         lines += ["`edgetune-untuned-apart` is the untuned export with each conv's epilogue (its bias or folded "
                   "batch-norm, the residual add, ReLU) left to TVM, which fuses those operators into elementwise "
@@ -234,6 +244,9 @@ def _markdown(results: dict[str, Any], command: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet18,mobilenet_v1")
+    parser.add_argument("--edge", action="store_true", help="the edge models, in their own folder and section")
+    parser.add_argument("--tuner", default=None, help="the tuner (default: edgetune's default tuner)")
+    parser.add_argument("--no-metaschedule", action="store_true")
     parser.add_argument("--trials-per-task", type=int, default=32)
     parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
     parser.add_argument("--write-docs", action="store_true")
@@ -245,7 +258,11 @@ def main() -> None:
         print(json.dumps(_measure(model, json.loads(libs), int(threads))))
         return
     from toolkit.harness import environment, write_doc_section
+    from toolkit.tuning.tuners.base import DEFAULT_TUNER
 
+    global OUT, DOC, SECTION
+    if args.edge:
+        args.models, OUT, DOC, SECTION = EDGE
     if args.doc_only:
         results = json.loads((OUT / "results.json").read_text())
         write_doc_section(DOC, SECTION, _markdown(results, results["environment"]["command"]))
@@ -254,13 +271,16 @@ def main() -> None:
     command = "python -m bench.bench_model " + " ".join(sys.argv[1:])
     results: dict[str, Any] = {"environment": environment(command), "models": {}}
     for model in args.models.split(","):
-        log, tune_wall, budget, tuner = _tune(model, args.trials_per_task)
+        log, tune_wall, budget, tuner = _tune(model, args.trials_per_task, args.tuner or DEFAULT_TUNER)
         print(f"{model}: tuned {budget} trials in {tune_wall:.0f} s", flush=True)
-        ms_lib, ms_wall = _metaschedule(model, budget)
-        print(f"{model}: MetaSchedule {budget} trials in {ms_wall:.0f} s", flush=True)
-        libs = {"relax-default": str(_default(model)), "metaschedule": str(ms_lib),
-                "edgetune-untuned-apart": str(_untuned_apart(model)), "edgetune-untuned": str(_export(model, None)),
-                "edgetune-tuned": str(_export(model, log))}
+        libs = {"relax-default": str(_default(model))}
+        ms_wall = None
+        if not args.no_metaschedule:
+            ms_lib, ms_wall = _metaschedule(model, budget)
+            print(f"{model}: MetaSchedule {budget} trials in {ms_wall:.0f} s", flush=True)
+            libs["metaschedule"] = str(ms_lib)
+        libs |= {"edgetune-untuned-apart": str(_untuned_apart(model)), "edgetune-untuned": str(_export(model, None)),
+                 "edgetune-tuned": str(_export(model, log))}
         per_threads = {}
         for threads in args.threads.split(","):
             env = {**os.environ, "TVM_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}

@@ -73,7 +73,68 @@ def mobilenet_v1() -> nn.Module:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1024, 1000))
 
 
-ZOO = {"resnet18": ResNet18, "mobilenet_v1": mobilenet_v1}
+class InvertedResidual(nn.Module):
+    """MobileNet-v2/v3's block: a 1x1 expansion (none when ``exp == cin``), a depthwise ``k x k`` conv of
+    ``stride``, an optional squeeze-and-excitation gate (v3: 1x1 convs on the pooled map, ReLU then
+    Hardsigmoid), a linear 1x1 projection; the input added back when the shape is kept."""
+
+    def __init__(self, cin: int, exp: int, cout: int, k: int, stride: int, act: type[nn.Module], se: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [] if exp == cin else [*_conv_bn(cin, exp, 1), act()]
+        layers += [*_conv_bn(exp, exp, k, stride, groups=exp), act()]
+        self.expand = nn.Sequential(*layers)
+        squeeze = max(8, (exp // 4 + 4) // 8 * 8)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(exp, squeeze, 1), nn.ReLU(),
+                                nn.Conv2d(squeeze, exp, 1), nn.Hardsigmoid()) if se else None
+        self.project = nn.Sequential(*_conv_bn(exp, cout, 1))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.expand(x)
+        if self.se is not None:
+            y = y * self.se(y)
+        y = self.project(y)
+        return x + y if self.residual else y
+
+
+MOBILENET_V2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                (6, 320, 1, 1)]
+"""MobileNet-v2 1.0's stages: (expansion, output channels, blocks, first stride)."""
+
+
+def mobilenet_v2() -> nn.Module:
+    """MobileNet-v2 1.0 for 224x224 inputs (Sandler et al. 2018): inverted residuals with ReLU6."""
+    layers: list[nn.Module] = [*_conv_bn(3, 32, 3, 2), nn.ReLU6()]
+    cin = 32
+    for t, c, n, s in MOBILENET_V2:
+        for i in range(n):
+            layers.append(InvertedResidual(cin, cin * t, c, 3, s if i == 0 else 1, nn.ReLU6, False))
+            cin = c
+    layers += [*_conv_bn(cin, 1280, 1), nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)]
+    return nn.Sequential(*layers)
+
+
+MOBILENET_V3_SMALL = [(3, 16, 16, True, False, 2), (3, 72, 24, False, False, 2), (3, 88, 24, False, False, 1),
+                      (5, 96, 40, True, True, 2), (5, 240, 40, True, True, 1), (5, 240, 40, True, True, 1),
+                      (5, 120, 48, True, True, 1), (5, 144, 48, True, True, 1), (5, 288, 96, True, True, 2),
+                      (5, 576, 96, True, True, 1), (5, 576, 96, True, True, 1)]
+"""MobileNet-v3-Small's blocks: (kernel, expanded channels, output channels, SE gate, Hardswish, stride)."""
+
+
+def mobilenet_v3_small() -> nn.Module:
+    """MobileNet-v3-Small for 224x224 inputs (Howard et al. 2019): Hardswish, SE gates, 5x5 depthwise convs."""
+    layers: list[nn.Module] = [*_conv_bn(3, 16, 3, 2), nn.Hardswish()]
+    cin = 16
+    for k, exp, cout, se, hs, stride in MOBILENET_V3_SMALL:
+        layers.append(InvertedResidual(cin, exp, cout, k, stride, nn.Hardswish if hs else nn.ReLU, se))
+        cin = cout
+    layers += [*_conv_bn(cin, 576, 1), nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(576, 1024),
+               nn.Hardswish(), nn.Linear(1024, 1000)]
+    return nn.Sequential(*layers)
+
+
+ZOO = {"resnet18": ResNet18, "mobilenet_v1": mobilenet_v1, "mobilenet_v2": mobilenet_v2,
+       "mobilenet_v3_small": mobilenet_v3_small}
 """Built-in network name -> a function that builds its module."""
 
 
