@@ -24,7 +24,8 @@ class WithLSTM(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.conv, self.lstm, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.LSTM(8, 16, batch_first=True), nn.Linear(16, 4)
+        self.conv, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(16, 4)
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
 
     def forward(self, x):
         rows = torch.relu(self.conv(x)).mean(dim=2).transpose(1, 2)

@@ -360,7 +360,8 @@ def plan_tasks(network: Network, *, block: int | None = None, first_conv: str = 
     and the network's first conv is rewritten by :func:`space_to_depth` when its input channels are not a
     multiple of the block (``first_conv="s2d"``, as any such conv is: what a VTA model export runs), stays on
     the CPU (``"cpu"``, as TVM's VTA flow does: ``quantize`` skips conv 0 and ``graph_pack`` starts after it)
-    or is padded too (``"pad"``, as TVM's v0.5 table padded C1 to 16 input channels). Layers whose padded shapes coincide become one task.
+    or is padded too (``"pad"``, as TVM's v0.5 table padded C1 to 16 input channels). Layers whose padded
+    shapes coincide become one task.
     """
     if first_conv not in FIRST_CONV:
         raise WorkloadError(f"first_conv must be one of {', '.join(map(repr, FIRST_CONV))}, got {first_conv!r}")

@@ -9,6 +9,7 @@ from toolkit.backends import template_for
 from toolkit.backends.registry import make_task
 from toolkit.backends.tvm.cpu import CPUConv2dTemplate
 from toolkit.backends.tvm.cuda import CUDAConv2dTemplate
+from toolkit.backends.tvm.tir_features import KIND_FEATURES
 from toolkit.boards import load_profile, resolve_board
 from toolkit.errors import ConfigError
 from toolkit.tuning.session import tune
@@ -102,3 +103,12 @@ def test_every_registered_tuner_tunes_a_depthwise_conv_on_local(name, local_runn
     log = tmp_path / f"{name}.jsonl"
     summary = tune(task, make_tuner(name, seed=0, **FAST.get(name, {})), 4, log=log, runner=local_runner)
     assert summary.trials == 4 and summary.best_seconds is not None and summary.best_seconds > 0, summary
+
+
+def test_compile_features_know_the_conv_kind():
+    """The tuners' compile features carry each conv's kind, so cost and transfer models tell them apart."""
+    depthwise = CPUConv2dTemplate(parse_workload(KINDS["depthwise dilated, 5x3"]), LOCAL)
+    plain = CPUConv2dTemplate(parse_workload("conv2d:H=14,W=12,CI=8,CO=8,KH=5,KW=3,S=1,PH=2,PW=1"), LOCAL)
+    kinds = [{k: t.features(t.fallback_config())[k] for k in KIND_FEATURES} for t in (depthwise, plain)]
+    assert kinds == [{"conv_groups_log2": 3.0, "conv_reduction_per_output": 15.0, "conv_dilation": 2.0},
+                     {"conv_groups_log2": 0.0, "conv_reduction_per_output": 120.0, "conv_dilation": 1.0}]

@@ -251,7 +251,7 @@ class ConvTemplateBase(Template):
             raise BuildError(f"scheduling failed: {error_line(exc, first=True)}") from None
         lowered = tir_features.lower(mod, self.target())
         self.verify(lowered)
-        return mod, tir_features.extract(lowered)
+        return mod, tir_features.extract(lowered, self.workload)
 
 
 class CPUConv2dTemplate(ConvTemplateBase):

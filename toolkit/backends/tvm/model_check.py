@@ -84,8 +84,9 @@ def check_build(library: bytes, program: Any, profile: BoardProfile, plans: Sequ
 
 def first_difference(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], x: np.ndarray, *,
                      on_step: Callable[[str], None] | None = None) -> str:
-    """``"; the first op whose output differs is OP (MODULE)"`` for the first op of ``program`` whose built output differs from PyTorch's
-    (bisected over the ops; ``""`` when no prefix differs, e.g. the difference is in the last op's packing)."""
+    """``"; the first op whose output differs is OP (MODULE)"`` for the first op of ``program`` whose built
+    output differs from PyTorch's (bisected over the ops that depend on the input; ``""`` when no prefix differs,
+    e.g. the difference is in how the last op's outputs are packed)"""
     import torch
     from torch.fx import Interpreter
 

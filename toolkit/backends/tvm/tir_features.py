@@ -2,8 +2,9 @@
 
 The scheduled module is lowered through the first part of TVM's s_tir pipeline (blocks
 removed, buffers compacted and flattened, virtual threads injected, loops not yet unrolled
-or vectorised, so their kinds are still visible), then walked once. Every template returns
-the same keys (:data:`FEATURE_NAMES`), all floats.
+or vectorised, so their kinds are still visible), then walked once; the conv's kind (groups, the
+reduction each output sums, dilation: :data:`KIND_FEATURES`) is added from its workload. Every template
+returns the same keys (:data:`FEATURE_NAMES`), all floats.
 
 >>> import tvm
 >>> from tvm import te
@@ -50,7 +51,12 @@ FEATURE_NAMES: tuple[str, ...] = (
     "threads_per_block",          # product of threadIdx extents (GPU)
     "blocks",                     # product of blockIdx extents (GPU)
     "vthreads",                   # product of virtual thread extents (GPU)
+    "conv_groups_log2",           # log2 of the conv's groups (depthwise: log2 of its channels)
+    "conv_reduction_per_output",  # multiply-adds each output sums: CI/G x KH x KW
+    "conv_dilation",              # the larger of the two dilations
 )
+KIND_FEATURES = FEATURE_NAMES[-3:]
+"""The features of the conv's kind, from its workload (0 for a module that is no conv)."""
 
 _LOWER_PASSES = (
     s_tir.transform.CanonicalizeLoop,
@@ -194,9 +200,13 @@ class _Walker:
                         stack.append(child)
 
 
-def extract(mod: tvm.IRModule) -> dict[str, float]:
-    """Features of a lowered module (see :func:`lower`), keyed by :data:`FEATURE_NAMES`."""
+def extract(mod: tvm.IRModule, workload: Any = None) -> dict[str, float]:
+    """Features of a lowered module (see :func:`lower`), keyed by :data:`FEATURE_NAMES`; ``workload``: the
+    :class:`~toolkit.workloads.Conv2dWorkload` it computes, for :data:`KIND_FEATURES`."""
     w = _Walker()
+    if workload is not None:
+        w.f.update(zip(KIND_FEATURES, (math.log2(workload.g), workload.ci_per_group * workload.kh * workload.kw,
+                                       max(workload.dh, workload.dw))))
     for _, func in mod.functions.items():
         if isinstance(func, tirx.PrimFunc):
             w.stmt(func.body, [])
