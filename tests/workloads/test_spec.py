@@ -50,6 +50,11 @@ def test_resnet18_table_matches_tvm():
         ("conv2d:H56", "not KEY=VALUE"),
         ("conv2d:", "has no fields"),
         ("resnet99.C1", "unknown workload"),
+        ("conv2d:H=8,W=8,CI=16,CO=16,K=3,G=3", "CI=16 is not a multiple of the groups G=3"),
+        ("conv2d:H=8,W=8,CI=16,CO=20,K=3,G=8", "CO=20 is not a multiple of the groups G=8"),
+        ("conv2d:H=8,W=8,CI=16,CO=16,K=3,G=0", "G must be >= 1"),
+        ("conv2d:H=8,W=8,CI=16,CO=16,K=3,D=0", "DH must be >= 1"),
+        ("conv2d:H=4,W=4,CI=1,CO=1,K=3,D=2", "empty output"),
     ],
 )
 def test_malformed_specs_name_the_field(spec, fragment):
@@ -65,3 +70,15 @@ def test_dict_round_trip_and_name_ignored_by_equality():
     assert w.flops == 2 * w.macs
     with pytest.raises(WorkloadError):
         Conv2dWorkload.from_dict({"h": 1})
+
+
+def test_groups_and_dilation_are_in_the_spec_only_when_not_one():
+    w = parse_workload("conv2d:H=56,W=56,CI=64,CO=64,K=3,S=1,P=2,G=64,D=2")
+    assert (w.g, w.dh, w.dw, w.oh, w.kind, w.macs) == (64, 2, 2, 56, "depthwise", 56 * 56 * 64 * 9)
+    assert parse_workload(w.spec()) == w and Conv2dWorkload.from_dict(w.to_dict()) == w
+    assert w.to_dict()["g"] == 64 and parse_workload("conv2d:H=9,W=9,CI=8,CO=8,K=3,DH=2,DW=1").spec().endswith(
+        ",P=0,DH=2,DW=1")
+    plain = RESNET18["resnet18.C8"]
+    assert not {"g", "dh", "dw"} & set(plain.to_dict()) and ",G=" not in plain.spec()   # records as they were
+    assert parse_workload("conv2d:H=8,W=8,CI=16,CO=32,K=3,G=4").kind == "grouped"
+    assert parse_workload("conv2d:H=8,W=8,CI=16,CO=32,K=3,G=16").kind == "depthwise"    # channel multiplier 2
