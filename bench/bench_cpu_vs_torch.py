@@ -1,7 +1,8 @@
 """CPU template vs torch: tune ResNet-18 layers on the ``local`` board, then race the best config.
 
 ``.venv/bin/python -m bench.bench_cpu_vs_torch --trials 500`` (options: ``--layers``, ``--threads``,
-``--tuner``, ``--no-doc``).
+``--tuner``, ``--no-doc``); ``--kinds``: the depthwise, grouped and dilated layers of :data:`KINDS` instead,
+into the section "## Conv kinds vs torch" of ``docs/benchmarks.md``.
 
 1. Each layer is tuned with the tuning core's ``tune()`` on the ``local`` board: real LLVM
    builds in worker processes, measured through a real TVM RPC tracker and server on loopback
@@ -33,6 +34,13 @@ OUT = ROOT / "bench" / "out" / "cpu-vs-torch"
 DOC = ROOT / "bench" / "archive.md"
 SECTION = "## CPU template vs torch"
 LAYERS = ("C2", "C5", "C8")
+KINDS = ("conv2d:H=112,W=112,CI=32,CO=32,K=3,S=1,P=1,G=32", "conv2d:H=112,W=112,CI=96,CO=96,K=3,S=2,P=1,G=96",
+         "conv2d:H=14,W=14,CI=576,CO=576,K=3,S=1,P=1,G=576", "conv2d:H=14,W=14,CI=240,CO=240,K=5,S=1,P=2,G=240",
+         "conv2d:H=28,W=28,CI=128,CO=128,K=3,S=1,P=1,G=32", "conv2d:H=28,W=28,CI=256,CO=256,K=3,S=1,P=2,D=2")
+"""``--kinds``: MobileNet-v2's first, a strided and its last depthwise convs, MobileNet-v3-Small's 5x5 depthwise
+conv, a ResNeXt-style grouped conv (32 groups) and a DeepLab-style dilated conv."""
+KINDS_DOC = ROOT / "docs" / "benchmarks.md"
+KINDS_SECTION = "## Conv kinds vs torch (depthwise, grouped, dilated)"
 
 
 def race(template, index: int, rounds: int, threads: int) -> dict[str, float]:
@@ -59,14 +67,15 @@ def race(template, index: int, rounds: int, threads: int) -> dict[str, float]:
         torch.set_num_threads(threads)
         x = torch.from_numpy(data)
         w = torch.from_numpy(np.ascontiguousarray(template.weight_oihw(weight)))
-        expected = torch.nn.functional.conv2d(x, w, stride=(wl.sh, wl.sw), padding=(wl.ph, wl.pw))
+        shape = {"stride": (wl.sh, wl.sw), "padding": (wl.ph, wl.pw), "dilation": (wl.dh, wl.dw), "groups": wl.g}
+        expected = torch.nn.functional.conv2d(x, w, **shape)
         np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
 
         def torch_once() -> float:
             n, t0 = 0, time.perf_counter()
             with torch.inference_mode():
                 while True:
-                    torch.nn.functional.conv2d(x, w, stride=(wl.sh, wl.sw), padding=(wl.ph, wl.pw))
+                    torch.nn.functional.conv2d(x, w, **shape)
                     n += 1
                     el = time.perf_counter() - t0
                     if el >= 0.2:
@@ -89,9 +98,10 @@ def tune_layer(layer: str, trials: int, tuner_name: str, seed: int):
     from toolkit.tuning.tuners.base import make_tuner
     from toolkit.workloads import parse_workload
 
-    task = make_task(parse_workload(f"resnet18.{layer}"), resolve_board("local"))
+    task = make_task(parse_workload(layer if ":" in layer or "." in layer else f"resnet18.{layer}"),
+                     resolve_board("local"))
     OUT.mkdir(parents=True, exist_ok=True)
-    log = OUT / f"{layer}.jsonl"
+    log = OUT / f"{layer.replace('conv2d:', '').replace(',', '_').replace('=', '')}.jsonl"
     t0 = time.perf_counter()
     summary = tune(task, make_tuner(tuner_name, seed=seed), trials, log=log, resume=log.exists(),
                    builder=LocalBuilder(n_parallel=2, timeout_s=60),
@@ -99,12 +109,21 @@ def tune_layer(layer: str, trials: int, tuner_name: str, seed: int):
     return task, summary, time.perf_counter() - t0
 
 
+def _isa() -> str:
+    """The vector unit edgetune's CPU template sees on ``local``."""
+    from toolkit.backends.tvm.cpu import vector_unit
+    from toolkit.boards import load_profile
+
+    return {16: "AVX-512", 8: "AVX2"}.get(vector_unit(load_profile("local"))[0], "NEON")
+
+
 def render(rows: list[dict], args: argparse.Namespace, started: str, load: str, load_end: str) -> str:
+    which = "--kinds" if args.kinds else f"--layers {','.join(args.layers)}"
     cmd = (f"`TVM_NUM_THREADS={args.threads} .venv/bin/python -m bench.bench_cpu_vs_torch --trials {args.trials} "
-           f"--layers {','.join(args.layers)} --threads {args.threads}`")
+           f"{which} --threads {args.threads}`")
     lines = [
-        SECTION, "",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores (AVX-512), shared with other jobs (1-min load average {load} "
+        KINDS_SECTION if args.kinds else SECTION, "",
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores ({_isa()}), shared with other jobs (1-min load average {load} "
         f"at the start, {load_end} at the end). Command: {cmd}. Date: {started}. apache-tvm 0.27.0.post1, torch "
         f"{__import__('torch').__version__} (oneDNN). float32, batch 1, NCHW; {args.threads} thread(s) for both.",
         "",
@@ -126,7 +145,8 @@ def render(rows: list[dict], args: argparse.Namespace, started: str, load: str, 
             f"{c['tile_co']}, {c['tile_oh']}, {c['tile_ow']}, {c['tile_ci']}, {c['vec']}, {c['acc_rows']}, "
             f"{c['pack_weight']} | "
             f"{r['tvm_s'] * 1e3:.3f} | {r['torch_s'] * 1e3:.3f} | {r['flops'] / r['tvm_s'] / 1e9:.1f} | "
-            f"{r['flops'] / r['torch_s'] / 1e9:.1f} | {r['torch_s'] / r['tvm_s']:.2f}x | >= 0.8x |")
+            f"{r['flops'] / r['torch_s'] / 1e9:.1f} | {r['torch_s'] / r['tvm_s']:.2f}x | "
+            f"{'>= 0.5x' if args.kinds else '>= 0.8x'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -139,8 +159,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="threads for TVM (TVM_NUM_THREADS) and torch")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--kinds", action="store_true", help="the depthwise, grouped and dilated layers of KINDS")
     ap.add_argument("--no-doc", action="store_true", help="do not write bench/archive.md")
     args = ap.parse_args(argv)
+    if args.kinds:
+        args.layers = list(KINDS)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)   # inherited by the loopback RPC server
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = f"{os.getloadavg()[0]:.1f}"
@@ -165,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     text = render(rows, args, started, load, f"{os.getloadavg()[0]:.1f}")
     print(text)
     if not args.no_doc:
-        write_doc_section(DOC, SECTION, text)
+        write_doc_section(KINDS_DOC if args.kinds else DOC, KINDS_SECTION if args.kinds else SECTION, text)
 
 
 if __name__ == "__main__":
