@@ -111,8 +111,7 @@ def _print_network(net: Network, ex: Extraction | None, vta: bool, first_conv: s
         if shifts is not None:
             shift = " ".join(sorted({str(shifts[m].shift) for m in layer.modules if m in shifts}))
         wl = layer.workload
-        kind = wl.kind if wl.g == 1 else f"{wl.kind} g={wl.g}"
-        rows.append((layer.name, wl.spec(), layer.count, kind, f"{wl.macs * layer.count:,}",
+        rows.append((layer.name, wl.spec(), layer.count, wl.kind, f"{wl.macs * layer.count:,}",
                      shift, ", ".join(layer.modules[:3]) + (" ..." if len(layer.modules) > 3 else "")))
     columns = ["name", "spec", "count", "kind", "MACs x count"] + (["shift"] if shifts is not None else []) + \
         ["modules"]
