@@ -200,7 +200,9 @@ def _markdown(results: dict[str, Any], command: str) -> str:
              "process per thread count); every build's output checked against torch (relative error < 1e-3).", ""]
     for model, r in results["models"].items():
         ms_run = r.get("metaschedule_wall_s") is not None
-        lines += [f"**{model}**: edgetune tuned with `{r['tuner']}`, {r['budget']} trials ({r['trials_per_task']} per "
+        rerun = f" (run {r['date']}: `{r['command']}`)" if r.get("command", command) != command else ""
+        lines += [f"**{model}**{rerun}: edgetune tuned with `{r['tuner']}`, {r['budget']} trials "
+                  f"({r['trials_per_task']} per "
                   f"conv shape, {r['tasks']} shapes, the template's fallback config first) in "
                   f"{r['tune_wall_s'] / 60:.1f} min; " + (
                       f"MetaSchedule the same {r['budget']} trials over the model's conv2d tasks in "
@@ -248,7 +250,8 @@ def _markdown(results: dict[str, Any], command: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="resnet18,mobilenet_v1")
+    parser.add_argument("--models", default=None, help="default: resnet18,mobilenet_v1 (--edge: its three); with "
+                        "--edge, the results of the edge models not given are kept")
     parser.add_argument("--edge", action="store_true", help="the edge models, in their own folder and section")
     parser.add_argument("--tuner", default=None, help="the tuner (default: edgetune's default tuner)")
     parser.add_argument("--no-metaschedule", action="store_true")
@@ -267,14 +270,18 @@ def main() -> None:
 
     global OUT, DOC, SECTION
     if args.edge:
-        args.models, OUT, DOC, SECTION = EDGE
+        models, OUT, DOC, SECTION = EDGE
+        args.models = args.models or models
     if args.doc_only:
         results = json.loads((OUT / "results.json").read_text())
         write_doc_section(DOC, SECTION, _markdown(results, results["environment"]["command"]))
         return
     OUT.mkdir(parents=True, exist_ok=True)
     command = "python -m bench.bench_model " + " ".join(sys.argv[1:])
+    args.models = args.models or "resnet18,mobilenet_v1"
     results: dict[str, Any] = {"environment": environment(command), "models": {}}
+    if args.edge and (OUT / "results.json").exists():    # the models not run again keep their results
+        results["models"] = json.loads((OUT / "results.json").read_text())["models"]
     for model in args.models.split(","):
         log, tune_wall, budget, tuner = _tune(model, args.trials_per_task, args.tuner or DEFAULT_TUNER)
         print(f"{model}: tuned {budget} trials in {tune_wall:.0f} s", flush=True)
@@ -296,7 +303,8 @@ def main() -> None:
             print(f"{model} @ {threads} threads: {per_threads[threads]}", flush=True)
         from toolkit.workloads.extract import load_network
 
-        results["models"][model] = {"tuner": tuner, "budget": budget, "trials_per_task": args.trials_per_task,
+        results["models"][model] = {"command": command, "date": results["environment"]["date"],
+                                    "tuner": tuner, "budget": budget, "trials_per_task": args.trials_per_task,
                                     "tasks": budget // args.trials_per_task, "tune_wall_s": tune_wall,
                                     "metaschedule_wall_s": ms_wall, "ms": per_threads,
                                     "convs": len(load_network(model).layers)}
