@@ -154,7 +154,8 @@ BAD_WORKLOADS: dict[str, tuple[str, str]] = {
     "an unknown layer": ("resnet18.C99", "resnet18"),
     "an unknown network": ("nosuchnet.L1", "unknown workload"),
     "an unknown network layer": ("resnet50.L999", "L999"),
-    "a depthwise layer": ("mobilenet_v1.L2", "cannot be tuned"),
+    "a depthwise layer on VTA": ("mobilenet_v1.L2", "VTA runs dense convs; tune it on a CPU or GPU board"),
+    "groups that do not divide the channels": ("conv2d:H=7,W=7,CI=16,CO=16,K=3,G=3", "not a multiple of the groups"),
     "semicolons": ("conv2d:H=7;W=7;CI=16;CO=16;K=3", "non-negative integer"),
 }
 TUNER_OPTIONS: dict[str, tuple[str, tuple[str, ...], str]] = {
