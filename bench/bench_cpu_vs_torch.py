@@ -2,7 +2,7 @@
 
 ``.venv/bin/python -m bench.bench_cpu_vs_torch --trials 500`` (options: ``--layers``, ``--threads``,
 ``--tuner``, ``--no-doc``); ``--kinds``: the depthwise, grouped and dilated layers of :data:`KINDS` instead,
-into the section "## Conv kinds vs torch" of ``docs/benchmarks.md``.
+into the section "## Conv kinds vs torch" of ``bench/archive.md``.
 
 1. Each layer is tuned with the tuning core's ``tune()`` on the ``local`` board: real LLVM
    builds in worker processes, measured through a real TVM RPC tracker and server on loopback
@@ -39,7 +39,6 @@ KINDS = ("conv2d:H=112,W=112,CI=32,CO=32,K=3,S=1,P=1,G=32", "conv2d:H=112,W=112,
          "conv2d:H=28,W=28,CI=128,CO=128,K=3,S=1,P=1,G=32", "conv2d:H=28,W=28,CI=256,CO=256,K=3,S=1,P=2,D=2")
 """``--kinds``: MobileNet-v2's first, a strided and its last depthwise convs, MobileNet-v3-Small's 5x5 depthwise
 conv, a ResNeXt-style grouped conv (32 groups) and a DeepLab-style dilated conv."""
-KINDS_DOC = ROOT / "docs" / "benchmarks.md"
 KINDS_SECTION = "## Conv kinds vs torch (depthwise, grouped, dilated)"
 
 
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     text = render(rows, args, started, load, f"{os.getloadavg()[0]:.1f}")
     print(text)
     if not args.no_doc:
-        write_doc_section(KINDS_DOC if args.kinds else DOC, KINDS_SECTION if args.kinds else SECTION, text)
+        write_doc_section(DOC, KINDS_SECTION if args.kinds else SECTION, text)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ and MetaSchedule at the same trial budget, at one thread and at every thread.
     .venv/bin/python -m bench.bench_model --edge [--trials-per-task 8] [--write-docs]
 
 ``--edge``: the edge models (MobileNet-v2, MobileNet-v3-Small: depthwise convs, ReLU6, Hardswish, SE gates) and
-ResNet-18, in ``bench/out/edge/`` and the section "## Edge models on local" of ``docs/benchmarks.md``;
+ResNet-18, in ``bench/out/edge/`` and the section "## Edge models on local" of ``bench/archive.md``;
 ``--tuner`` and ``--no-metaschedule`` pick the tuner and leave MetaSchedule out (its evolutionary search
 spends minutes per round on 2 cores).
 
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "model"
 DOC = ROOT / "bench" / "archive.md"
 SECTION = "## Whole models on local (ResNet-18, MobileNet-v1)"
-EDGE = ("mobilenet_v2,mobilenet_v3_small,resnet18", ROOT / "bench" / "out" / "edge", ROOT / "docs" / "benchmarks.md",
+EDGE = ("mobilenet_v2,mobilenet_v3_small,resnet18", ROOT / "bench" / "out" / "edge", DOC,
         "## Edge models on local (MobileNet-v2, MobileNet-v3-Small, ResNet-18)")
 """``--edge``: its models, output folder, document and section."""
 SHAPE = (1, 3, 224, 224)
@@ -198,6 +198,13 @@ def _markdown(results: dict[str, Any], command: str) -> str:
              f"{env['libraries'].get('torch')}. Command: `{command}`. Batch 1, 224x224, seeded random weights; "
              "milliseconds per inference (median of 5 timed runs of at least 200 ms, each library timed in a fresh "
              "process per thread count); every build's output checked against torch (relative error < 1e-3).", ""]
+    if SECTION == EDGE[3]:   # every model's tuned export against torch first: the results page shows this table
+        lines += ["| model | threads | torch | relax-default | edgetune-untuned | edgetune-tuned | tuned vs torch |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {model} | {t} | {m['torch']:.2f} | {m['relax-default']:.2f} | {m['edgetune-untuned']:.2f} | "
+                  f"{m['edgetune-tuned']:.2f} | {m['torch'] / m['edgetune-tuned']:.2f}x |"
+                  for model, r in results["models"].items() for t, m in r["ms"].items()]
+        lines.append("")
     for model, r in results["models"].items():
         ms_run = r.get("metaschedule_wall_s") is not None
         rerun = f" (run {r['date']}: `{r['command']}`)" if r.get("command", command) != command else ""
