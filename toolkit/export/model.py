@@ -65,7 +65,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
         checked = {"checked": False, "why": "--no-check"}
         if check:
             if progress is not None:
-                progress("a check against PyTorch")
+                progress("a run of the model to check it against PyTorch")
             x = np.random.default_rng(seed).standard_normal(input_shape).astype(np.float32)
             checked = backend.check_model_build(stage, loaded.program, profile, plans, x,
                                                 reference_outputs(loaded, x), on_step=progress)

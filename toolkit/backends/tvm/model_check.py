@@ -75,7 +75,7 @@ def check_build(library: bytes, program: Any, profile: BoardProfile, plans: Sequ
     if ok:
         return {"checked": True, "input": "standard normal, seeded", "verdict": message}
     if on_step is not None:
-        on_step("finding the first op that differs from PyTorch")
+        on_step("prefixes of the model to find the first op that differs from PyTorch")
     where = first_difference(program, profile, plans, x, on_step=on_step)
     raise ExportError(f"the built model differs from PyTorch's ({message}){where}; nothing was exported: the op is "
                       "computed wrongly by TVM's importer or a kernel (export a model without it, or use --no-check "
@@ -115,7 +115,7 @@ def first_difference(program: Any, profile: BoardProfile, plans: Sequence[ConvPl
     def differs(k: int) -> bool:
         node = ops[k]
         if on_step is not None:
-            on_step(f"checking the model up to {node.name} ({k + 1} of {len(ops)} ops)")
+            on_step(f"the model up to {node.name} ({k + 1} of {len(ops)} ops) to compare it with PyTorch")
         convs = sum(1 for n in gm.graph.nodes if n.op == "call_function" and is_conv(n.target)
                     and _before(gm, n, node))
         try:
