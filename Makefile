@@ -4,12 +4,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := openssh-server openssh-client gcc-aarch64-linux-gnu g++-aarch64-linux-gnu \
-                gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf
+                gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf chromium chromium-driver
 DEMO_DIR ?= demo-out
 
 EMULATION_PACKAGES := qemu-user-static mmdebstrap iproute2
 
-.PHONY: demo test install system-deps emulated-boards test-emulated bench pretrained gpu-check clean
+.PHONY: demo test install system-deps emulated-boards test-emulated bench pretrained gpu-check clean \
+        dashboard-screenshot
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +22,8 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
-# System packages the tests need (sshd for the SSH tests, cross compilers for exports).
+# System packages the tests need (sshd for the SSH tests, cross compilers for exports, Chromium and its driver for
+# the dashboard's browser tests).
 # Installed with apt when run as root; otherwise only checked.
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -49,6 +51,11 @@ test-emulated: install system-deps emulated-boards
 
 demo: install
 	$(PY) -m toolkit.demo --out $(DEMO_DIR)
+
+# The dashboard's picture in the docs: the demo's run page in headless Chromium (runs the demo first if needed).
+dashboard-screenshot: install system-deps
+	@[ -d $(DEMO_DIR)/logs ] || $(PY) -m toolkit.demo --out $(DEMO_DIR)
+	$(PY) -m toolkit.testing.browser screenshot docs/img/dashboard.png $(DEMO_DIR)/logs
 
 # The benchmarks that take minutes (the reliability benchmark, and the headline tables rebuilt from the committed
 # runs); each bench/*.py script runs one benchmark in full (see docs/benchmarks.md for their commands).

@@ -32,13 +32,15 @@ ALLOWED: dict[str, set[str]] = {
     "toolkit.backends": {"toolkit.errors", "toolkit.boards", "toolkit.bitstreams", "toolkit.workloads",
                          "toolkit.vta", "toolkit.tuning", "toolkit.rpc", "toolkit.manifest"},
     "toolkit.export": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
-                       "toolkit.tuning", "toolkit.backends", "toolkit.manifest"},
+                       "toolkit.tuning", "toolkit.backends", "toolkit.manifest", "toolkit.state"},
     "toolkit.runs": {"toolkit.errors", "toolkit.boards", "toolkit.tuning", "toolkit.backends", "toolkit.export"},
     "toolkit.cluster": {"toolkit.errors", "toolkit.tuning", "toolkit.procs", "toolkit.state"},
     "toolkit.harness": {"toolkit.errors", "toolkit.version", "toolkit.boards", "toolkit.workloads",
                       "toolkit.tuning", "toolkit.backends", "toolkit.cluster", "toolkit.files"},
+    "toolkit.dashboard": {"toolkit.errors", "toolkit.boards", "toolkit.workloads", "toolkit.tuning",
+                          "toolkit.backends", "toolkit.export", "toolkit.manifest", "toolkit.rpc", "toolkit.harness"},
     "toolkit.report": {"toolkit.errors", "toolkit.tuning", "toolkit.harness", "toolkit.workloads"},
-    "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc", "toolkit.build_lock"},
+    "toolkit.testing": {"toolkit.errors", "toolkit.tuning", "toolkit.rpc", "toolkit.build_lock", "toolkit.dashboard"},
 }
 """Package -> the packages it may import. ``toolkit`` (the facade), ``toolkit.cli``, ``toolkit.demo``,
 ``toolkit.__main__`` and ``toolkit.entry`` (the console script) sit on top and may import any of them."""

@@ -58,6 +58,8 @@ class BoardProfile:
     cross_compiler: str | None
     ssh: dict[str, Any]
     limits: dict[str, Any]
+    roofline: dict[str, Any] = field(default_factory=dict)
+    """The ``[roofline]`` table: ``peak_gflops``, ``bandwidth_gbs`` and their ``source`` (empty: not known)."""
 
     @cached_property
     def target(self) -> dict[str, Any]:
@@ -125,6 +127,7 @@ def load_profile(name: str) -> BoardProfile:
             cross_compiler=raw.get("cross", {}).get("compiler") or None,
             ssh=raw.get("ssh", {}),
             limits=raw.get("limits", {}),
+            roofline=raw.get("roofline", {}),
         )
     except KeyError as exc:
         raise BoardError(f"board profile {path} lacks the key {exc.args[0]!r}") from None

@@ -3,7 +3,8 @@
 Tunes resnet18.C2 on ``vta-fsim`` with the default tuner (``ml2tuner+``: ML2Tuner starting from the shipped
 Pynq transfer model; ResNet-18 C2 is among the layers that model was trained on) for 128 trials,
 writes the log to ``DIR/logs/`` and prints the summary, then exports the best config to
-``DIR/export/`` and runs the export on the simulator (bit-exact check). Needs no board.
+``DIR/export/`` and runs the export on the simulator (bit-exact check). Needs no board; ``edgetune dashboard DIR``
+shows the run, its roofline and the export.
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ def main(argv: list[str] | None = None) -> None:
 def run_export_demo(log: Path, folder: Path) -> None:
     """Export the log's best config to ``folder`` (replacing an earlier demo export) and run it on vta-fsim."""
     from toolkit.export import export, load_export
+    from toolkit.export.last_run import record_run
 
     manifest = export(log, folder, force=True)
     result = load_export(folder).run("vta-fsim")
+    record_run(folder, "vta-fsim", {"kernels": [result.to_json()]})     # the dashboard's export page shows it
     console.table(f"export {folder} run on vta-fsim", ["workload", "latency", "tuned latency", "output"],
                   [(result.workload, f"{result.seconds * 1e3:.4f} ms", f"{result.expected_seconds * 1e3:.4f} ms",
                     "correct (bit-exact)" if result.correct else f"WRONG: {result.message}")])

@@ -40,6 +40,24 @@ def rebuild(template: Template, config: Config) -> Artifact:
         raise ExportError(f"rebuilding {template.workload.label} config #{config.index} failed: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """A board's compute peak and memory bandwidth, and where they come from (a roofline's two roofs)."""
+
+    peak_gflops: float
+    bandwidth_gbs: float
+    source: str
+
+    @property
+    def ridge(self) -> float:
+        """The arithmetic intensity (FLOP/byte) where the two roofs meet."""
+        return self.peak_gflops / self.bandwidth_gbs
+
+    def to_json(self) -> dict[str, Any]:
+        return {"peak_gflops": self.peak_gflops, "bandwidth_gbs": self.bandwidth_gbs, "source": self.source,
+                "ridge": self.ridge}
+
+
 class Backend(abc.ABC):
     """One hardware family's template, builder, runners, network plan, board checks and export.
 
@@ -118,6 +136,15 @@ class Backend(abc.ABC):
         """The transfer model edgetune ships for boards of ``profile`` (trained on the development set);
         ``None`` where it ships none."""
         return None
+
+    def roofline(self, profile: BoardProfile, hw: dict[str, Any] | None = None) -> Roofline | None:
+        """The board's roofs: its profile's ``[roofline]`` table (``None`` where the profile has none). ``hw``:
+        the hardware config a log was tuned for, where the family has one."""
+        table = profile.roofline
+        if not table.get("peak_gflops") or not table.get("bandwidth_gbs"):
+            return None
+        return Roofline(float(table["peak_gflops"]), float(table["bandwidth_gbs"]),
+                        str(table.get("source", f"boards/{profile.name}.toml")))
 
     def preset(self, profile: BoardProfile) -> str | None:
         """The name of the hardware preset ``profile`` models (a VTA config; ``None``: the target says it all)."""

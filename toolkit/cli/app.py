@@ -142,6 +142,7 @@ _COMMANDS = [
     "space",
     "export",
     "bench",
+    "dashboard",
 ]
 for _name in _COMMANDS:
     importlib.import_module(f"toolkit.cli.{_name}")

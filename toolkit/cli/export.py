@@ -19,6 +19,7 @@ from toolkit.backends.base import Agreement
 from toolkit.errors import ConfigError
 from toolkit.export import export as do_export
 from toolkit.export import load_export
+from toolkit.export.last_run import record_run
 from toolkit.export.model import export_model
 from toolkit.export.run import Export, ModelRun
 from toolkit.tuning.core.runner import MeasureOptions
@@ -216,6 +217,7 @@ def run(
             console.say(f"{label}: {_ms(r.seconds)} (tuned {_ms(r.expected_seconds)})"
                          + ("" if r.correct is None else ", output " + ("correct" if r.correct else "WRONG")))
             bar.advance(task)
+    record_run(folder, board, {"kernels": [r.to_json() for r in results]})
     if json:
         console.print_json({"export": str(folder), "tuned_on": ex.manifest.tuned_on["board"],
                             "results": [r.to_json() for r in results]})
@@ -248,6 +250,7 @@ def _run_model(ex: Export, board, check: bool | None, input: Path | None, output
         console.warn(f"output {result.message}")
     if output is not None:
         _write_outputs(output, result)
+    record_run(ex.path, board.name, result.to_json())
     if json:
         console.print_json({"export": str(ex.path), **result.to_json(),
                             "output_file": str(output) if output is not None else None})

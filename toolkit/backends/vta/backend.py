@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from toolkit.backends.base import Agreement, Backend, ModelTiming, rebuild
+from toolkit.backends.base import Agreement, Backend, ModelTiming, Roofline, rebuild
 from toolkit.backends.registry import backend_for, make_task
 from toolkit.backends.vta.template import OPTIONS as VTA_TEMPLATE_OPTIONS
 from toolkit.backends.vta.template import VTAConv2dTemplate
@@ -167,6 +167,17 @@ class VTABackend(Backend):
     # -- export -------------------------------------------------------------------------------------
     def hardware(self, profile: BoardProfile) -> dict[str, Any] | None:
         return profile_hw(profile)
+
+    def roofline(self, profile: BoardProfile, hw: dict[str, Any] | None = None) -> Roofline | None:
+        """VTA's roofs from its hardware config: a GEMM of ``BATCH x BLOCK_IN x BLOCK_OUT`` multiply-adds and one
+        bus word moved per cycle, at the board's clock."""
+        from toolkit.vta.config import VTAConfig
+
+        cfg = VTAConfig.from_json(hw) if hw else get_preset(profile.vta["preset"])
+        ghz = cfg.clock_mhz / 1e3
+        return Roofline(2 * cfg.macs_per_uop * ghz, cfg.bus_bytes * ghz,
+                        f"VTA {cfg.bitstream}: {cfg.macs_per_uop} MACs and {cfg.bus_bytes} bytes per cycle at "
+                        f"{cfg.clock_mhz:g} MHz")
 
     def preset(self, profile: BoardProfile) -> str | None:
         return (profile.vta or {}).get("preset")
