@@ -79,7 +79,7 @@ def test_a_record_appended_to_a_running_log_is_read_and_a_half_line_waits(live_l
         f.write('{"workload": ')
     view.refresh()
     assert view.n == 3 and view.error is None and not view.truncated   # its writer still holds the lock
-    detail = run_detail(view, None, 1)
+    detail = run_detail(view, None)
     assert detail["tasks"][0]["best_s"] == pytest.approx(1e-3)
 
 
@@ -88,7 +88,7 @@ def test_a_100k_record_log_is_downsampled_keeping_every_best_point(tmp_path):
     write_lines(path, task_dict(), 100_000, seconds=lambda i: 1.0 / (i + 1) if i % 1000 == 0 else 2.0 + i % 7)
     view = LogView(path)
     view.refresh()
-    task = run_detail(view, None, 1)["tasks"][0]
+    task = run_detail(view, None)["tasks"][0]
     shown = task["points"]
     assert task["trials"] == 100_000 and shown["downsampled"]
     assert 0.9 * MAX_POINTS <= len(shown["trial"]) <= MAX_POINTS
@@ -184,3 +184,32 @@ def test_the_server_prints_its_url_serves_and_stops_on_ctrl_c(runs_dir):
     finally:
         proc.kill()
     assert proc.returncode == 0 and "dashboard stopped" in out and "Traceback" not in err
+
+
+@pytest.mark.parametrize("board, peak, bandwidth", [("pynq-z1", 51.2, 0.8), ("zcu102", 170.496, 5.328),
+                                                    ("rpi4", 48.0, 12.8), ("local", None, None)])
+def test_each_family_gives_its_roofs(board, peak, bandwidth):
+    from toolkit.backends.registry import backend_for
+    from toolkit.boards import load_profile
+
+    profile = load_profile(board)
+    roof = backend_for(profile).roofline(profile)
+    if peak is None:
+        assert roof is None                                     # the dashboard measures this machine instead
+    else:
+        assert (roof.peak_gflops, roof.bandwidth_gbs) == pytest.approx((peak, bandwidth)) and roof.source
+
+
+def test_edgetune_run_keeps_the_exports_last_run(runs_dir, tmp_path):
+    import shutil
+
+    from toolkit.export.last_run import last_run
+
+    folder = tmp_path / "export"
+    shutil.copytree(runs_dir / "export", folder)
+    assert last_run(folder) is None
+    result = subprocess.run([sys.executable, "-m", "toolkit", "run", str(folder), "--board", "vta-fsim"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    kept = last_run(folder)
+    assert kept["board"] == "vta-fsim" and kept["result"]["kernels"][0]["correct"] is True

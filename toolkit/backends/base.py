@@ -47,6 +47,8 @@ class Roofline:
     peak_gflops: float
     bandwidth_gbs: float
     source: str
+    elem_bytes: int = 4
+    """Bytes of one tensor element the kernels move (the compulsory traffic of a task is counted in them)."""
 
     @property
     def ridge(self) -> float:
@@ -55,7 +57,7 @@ class Roofline:
 
     def to_json(self) -> dict[str, Any]:
         return {"peak_gflops": self.peak_gflops, "bandwidth_gbs": self.bandwidth_gbs, "source": self.source,
-                "ridge": self.ridge}
+                "ridge": self.ridge, "elem_bytes": self.elem_bytes}
 
 
 class Backend(abc.ABC):
@@ -144,7 +146,8 @@ class Backend(abc.ABC):
         if not table.get("peak_gflops") or not table.get("bandwidth_gbs"):
             return None
         return Roofline(float(table["peak_gflops"]), float(table["bandwidth_gbs"]),
-                        str(table.get("source", f"boards/{profile.name}.toml")))
+                        str(table.get("source", f"boards/{profile.name}.toml")),
+                        np.dtype(profile.limits.get("dtype", "float32")).itemsize)
 
     def preset(self, profile: BoardProfile) -> str | None:
         """The name of the hardware preset ``profile`` models (a VTA config; ``None``: the target says it all)."""

@@ -47,24 +47,44 @@ class Dashboard:
         self._health: tuple[float, list[dict[str, Any]]] | None = None
 
     def view(self, path: Path) -> LogView:
+        """The log's view, brought up to date (waits while another request reads it)."""
         with self.lock:
             view = self.views.setdefault(path, LogView(path))
+        with view.lock:
             view.refresh()
-            return view
+        return view
+
+    def card(self, path: Path) -> dict[str, Any]:
+        """The log's card; a log still being read for the first time says so instead of waiting."""
+        with self.lock:
+            view = self.views.setdefault(path, LogView(path))
+        if not view.lock.acquire(blocking=False):
+            return {"path": str(path), "board": "?", "network": None, "workloads": [], "tuners": [], "trials": 0,
+                    "invalid": 0, "best_s": None, "state": "reading", "error": None, "truncated": False}
+        try:
+            view.refresh()
+            return view.summary()
+        finally:
+            view.lock.release()
 
     def runs(self) -> list[dict[str, Any]]:
         self.sources.scan()
-        return [self.view(p).summary() for p in self.sources.logs]
+        return [self.card(p) for p in self.sources.logs]
 
-    def roof(self, view: LogView) -> tuple[dict[str, Any] | None, int]:
-        """The roofline of the board a log was tuned on, and the bytes of one tensor element there."""
+    def prefetch(self) -> None:
+        """Read every log once, in the background, so a run's page opens on a log already read."""
+        self.sources.scan(force=True)
+        for path in self.sources.logs:
+            self.view(path)
+
+    def roof(self, view: LogView) -> dict[str, Any] | None:
+        """The roofline of the board a log was tuned on (``None``: not known)."""
         from toolkit.backends.registry import backend_for
         from toolkit.boards import load_profile
 
         task = view.header.task if view.header else {}
         first = (task.get("tasks") or [task])[0] if task else {}
         board_type, hw = first.get("board_type"), first.get("hw")
-        elem = 1 if hw else 4
         key = json.dumps([board_type, hw], sort_keys=True)
         if key not in self.roofs:
             try:
@@ -77,7 +97,7 @@ class Dashboard:
                 self.roofs[key] = roof.to_json() if roof else None
             except EdgetuneError:
                 self.roofs[key] = None
-        return self.roofs[key], elem
+        return self.roofs[key]
 
     def boards(self) -> dict[str, Any]:
         from toolkit.boards import BUILTIN_BOARDS, Inventory
@@ -143,11 +163,10 @@ def make_app(roots: list[Path]) -> Starlette:
             if path not in dash.sources.logs + dash.sources.export_logs:
                 raise ConfigError(f"{path} is not a tuning log")
         view = dash.view(path)
-        with dash.lock:
+        with view.lock:
             if request.query_params.get("version") == view.version:
                 return {"version": view.version, "unchanged": True}
-            roof, elem = dash.roof(view)
-            return pages.run_detail(view, roof, elem)
+            return pages.run_detail(view, dash.roof(view))
 
     def compare(request: Request) -> dict[str, Any]:
         path = path_arg(request)
@@ -191,6 +210,7 @@ def make_app(roots: list[Path]) -> Starlette:
         Route("/api/boards", guarded(lambda r: dash.boards())),
         Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
     ]
+    threading.Thread(target=dash.prefetch, name="dashboard-prefetch", daemon=True).start()
     return Starlette(routes=routes)
 
 

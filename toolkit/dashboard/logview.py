@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolkit.errors import LogError
-from toolkit.tuning.records import HEADER_KEY, LogHeader, Record, _line_json, workload_key
+from toolkit.tuning.records import HEADER_KEY, LogHeader, Record, line_json, workload_key
 
 MAX_POINTS = 2000
 """The most valid-trial points a scatter gets (every best-so-far point is kept beyond it)."""
@@ -96,6 +97,8 @@ class LogView:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.lock = threading.Lock()
+        """Held while the view reads or is read (the server answers requests in threads)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -159,7 +162,7 @@ class LogView:
     def _take(self, raw: bytes) -> None:
         where = f"{self.path}:{self.line}"
         if self.header is None:
-            obj = _line_json(raw, where, header=True, truncated=False)
+            obj = line_json(raw, where, header=True, truncated=False)
             if not isinstance(obj, dict) or HEADER_KEY not in obj:
                 raise LogError(f"{where}: not an edgetune log header; is this an edgetune tuning log?")
             self.header = LogHeader.from_json(obj, where)
@@ -168,7 +171,7 @@ class LogView:
         if digest in self.seen:     # a line copied twice is one measurement, as the log reader counts it
             return
         self.seen.add(digest)
-        record = Record.from_json(_line_json(raw, where, header=False, truncated=False), where)
+        record = Record.from_json(line_json(raw, where, header=False, truncated=False), where)
         key = self._key(record.workload)
         if key not in self.tasks:
             self.tasks[key] = TaskTrace(record.workload)

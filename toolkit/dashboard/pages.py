@@ -33,7 +33,7 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def task_detail(trace: TaskTrace, t0: float, roof: dict[str, Any] | None, elem_bytes: int) -> dict[str, Any]:
+def task_detail(trace: TaskTrace, t0: float, roof: dict[str, Any] | None) -> dict[str, Any]:
     """One task's charts: the valid trials (downsampled, every best-so-far point kept), the best-so-far curve
     against trials and time, the invalid trials by error kind, the top configs and the roofline points."""
     valid = [i for i, s in enumerate(trace.seconds) if s is not None]
@@ -57,7 +57,7 @@ def task_detail(trace: TaskTrace, t0: float, roof: dict[str, Any] | None, elem_b
     top = sorted(valid, key=lambda i: trace.seconds[i])[:TOP_CONFIGS]   # type: ignore[arg-type, return-value]
     roofline = None
     if flops:
-        compulsory = _compulsory_bytes(wl, elem_bytes)      # type: ignore[arg-type]
+        compulsory = _compulsory_bytes(wl, roof["elem_bytes"] if roof else 4)      # type: ignore[arg-type]
         ai, perf = [], []
         for i in shown:
             feats = trace.records[i].features
@@ -122,14 +122,14 @@ def network_curve(view: LogView, counts: list[int]) -> dict[str, Any]:
     return {"trials": xs, "elapsed_s": ts, "seconds": ys}
 
 
-def run_detail(view: LogView, roof: dict[str, Any] | None, elem_bytes: int) -> dict[str, Any]:
+def run_detail(view: LogView, roof: dict[str, Any] | None) -> dict[str, Any]:
     """The run page: its card, every task's charts and, for a network, the total over time and the trials
     each task got."""
     traces = [view.tasks[k] for k in view.order]
     t0 = view.first_time or 0.0
     out = {**view.summary(), "task": view.header.task if view.header else None,
            "tuner_counts": view.tuners,
-           "tasks": [task_detail(t, t0, roof, elem_bytes) for t in traces]}
+           "tasks": [task_detail(t, t0, roof) for t in traces]}
     if view.network() or len(traces) > 1:
         counts, note = network_counts(view.network(), traces)
         out["network_view"] = {"counts": counts, "note": note, "curve": network_curve(view, counts),
@@ -200,9 +200,9 @@ def export_detail(folder: Path) -> dict[str, Any]:
         layers = [{"name": k.label, "workload": Conv2dWorkload.from_dict(k.workload).spec(), "schedule": "tuned",
                    "why": f"{k.tuner} config #{k.index}, {k.latency_s * 1e3:.4g} ms", "epilogue": None}
                   for k in manifest.kernels]
-    where = "VTA" if manifest.family == "vta" else manifest.family.upper()
     return {"path": str(folder), "kind": manifest.kind, "board": manifest.board, "family": manifest.family,
-            "runs_on": where, "created": manifest.created, "tuned_on": manifest.tuned_on, "layers": layers,
+            "runs_on": manifest.family.upper(), "created": manifest.created, "tuned_on": manifest.tuned_on,
+            "layers": layers,
             "schedules": _count(layer["schedule"] for layer in layers), "last_run": last_run(folder),
             "log": str(folder / manifest.log["file"]) if manifest.log.get("file") else None}
 

@@ -243,7 +243,7 @@ def stream_log(path: str | Path) -> tuple[LogHeader, Iterator[Record]]:
         first = f.readline()
         if not first.strip():
             raise LogError(f"{path}:1: empty tuning log (no header); delete it and tune again")
-        obj = _line_json(first, f"{path}:1", header=True, truncated=False)
+        obj = line_json(first, f"{path}:1", header=True, truncated=False)
         header = LogHeader.from_json(obj, f"{path}:1")
     except BaseException:
         f.close()
@@ -251,7 +251,7 @@ def stream_log(path: str | Path) -> tuple[LogHeader, Iterator[Record]]:
     return header, _records(f, path)
 
 
-def _line_json(raw: bytes, where: str, *, header: bool, truncated: bool) -> Any:
+def line_json(raw: bytes, where: str, *, header: bool, truncated: bool) -> Any:
     """One line's JSON; :class:`LogError` saying where the log is corrupt (``None`` for a truncated last line)."""
     try:
         return json.loads(raw)
@@ -277,7 +277,7 @@ def _records(f: Any, path: Path) -> Iterator[Record]:
             if not raw.strip():
                 continue
             where = f"{path}:{no}"
-            obj = _line_json(raw, where, header=False, truncated=not raw.endswith(b"\n"))
+            obj = line_json(raw, where, header=False, truncated=not raw.endswith(b"\n"))
             if obj is None:
                 return
             record = Record.from_json(obj, where)

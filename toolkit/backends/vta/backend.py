@@ -177,7 +177,7 @@ class VTABackend(Backend):
         ghz = cfg.clock_mhz / 1e3
         return Roofline(2 * cfg.macs_per_uop * ghz, cfg.bus_bytes * ghz,
                         f"VTA {cfg.bitstream}: {cfg.macs_per_uop} MACs and {cfg.bus_bytes} bytes per cycle at "
-                        f"{cfg.clock_mhz:g} MHz")
+                        f"{cfg.clock_mhz:g} MHz", cfg.inp_width // 8)
 
     def preset(self, profile: BoardProfile) -> str | None:
         return (profile.vta or {}).get("preset")
