@@ -24,9 +24,9 @@ from typing import Any
 from toolkit.errors import LogError
 from toolkit.tuning.records import HEADER_KEY, LogHeader, Record, line_json, workload_key
 
-MAX_POINTS = 2000
+MAX_POINTS = 1000
 """The most valid-trial points a scatter gets (every best-so-far point is kept beyond it)."""
-MAX_INVALID_POINTS = 1000
+MAX_INVALID_POINTS = 500
 """The most invalid-trial points a page gets."""
 TOP_CONFIGS = 10
 
