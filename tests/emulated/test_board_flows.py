@@ -247,6 +247,8 @@ def test_rpi4_whole_model_tuned_exported_and_run_by_the_aarch64_runtime(board, k
                                   "--out", out_dir, "--json").stdout)
         # 4 trials over the two convs: each gets its share of the first round, so both are tuned
         assert manifest["arch"] == "aarch64" and [c["schedule"] for c in manifest["model"]["convs"]] == ["tuned"] * 2
+        check = manifest["model"]["check"]          # not runnable here: checked on the provisioned board over RPC
+        assert (check["checked"], check["where"]) == (True, "on board pi"), check
         x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
         np.save(tmp_path / "x.npy", x)
         result = json.loads(_ok("run", out_dir, "--board", "pi", "--input", tmp_path / "x.npy",

@@ -102,3 +102,4 @@ def test_a_cross_compiled_model_says_it_was_not_checked_here(models, tmp_path):
     r = _export("--model", f"{models}:edge", "--input-shape", SHAPE, "-b", "rpi4", "--out", tmp_path / "rpi")
     assert r.exit_code == 0, r.output
     assert "not checked against PyTorch: not run here (it is built for aarch64" in r.output
+    assert "no provisioned board named" in r.output

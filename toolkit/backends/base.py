@@ -236,10 +236,12 @@ class Backend(abc.ABC):
         raise ExportError(f"the {self.name} backend compiles no whole models")
 
     def check_model_build(self, folder: Path, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan],
-                          x: np.ndarray, reference: list[np.ndarray], *, on_step: Any = None) -> dict[str, Any]:
+                          x: np.ndarray, reference: list[np.ndarray], *, board: Board | None = None,
+                          on_step: Any = None) -> dict[str, Any]:
         """The model built into ``folder`` run on ``x`` and compared with PyTorch's ``reference`` outputs before it
         is exported: the check's record for the manifest (``checked``, and its ``verdict`` or ``why`` not);
-        :class:`ExportError` when it differs."""
+        :class:`ExportError` when it differs. ``board``: the registered board the export is for, where the family
+        can run the check when this machine cannot."""
         return {"checked": False, "why": f"the {self.name} backend checks its models when they run"}
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],

@@ -24,7 +24,7 @@ from toolkit.export.readme import model_readme
 from toolkit.manifest import LOG_DIR, README, ConvPlan, ExportManifest, sha256_file
 from toolkit.export.run import reference_outputs
 from toolkit.backends.registry import tuned_profile
-from toolkit.export.write import record_config, staged, target_profile
+from toolkit.export.write import record_config, registered_board, staged, target_profile
 from toolkit.tuning.journal import Record, best_per_workload, stream_log
 from toolkit.workloads import Conv2dWorkload
 from toolkit.workloads.extract import Extraction, extract
@@ -51,6 +51,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
     name, profile = target_profile(board, inventory)
     backend = backend_for(profile)
     backend.check_model_target(profile)
+    registered = board if isinstance(board, Board) else registered_board(name, inventory)
     best, log_files, elsewhere = _best_records(logs, profile)
     if progress is not None:
         progress("the model's graph (torch.export)")
@@ -68,7 +69,7 @@ def export_model(model: Any, out_dir: str | Path, board: str | Board | BoardProf
                 progress("a run of the model to check it against PyTorch")
             x = np.random.default_rng(seed).standard_normal(input_shape).astype(np.float32)
             checked = backend.check_model_build(stage, loaded.program, profile, plans, x,
-                                                reference_outputs(loaded, x), on_step=progress)
+                                                reference_outputs(loaded, x), board=registered, on_step=progress)
         (stage / LOG_DIR).mkdir()
         copied = []
         for i, (log, _) in enumerate(log_files):

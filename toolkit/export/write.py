@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 
 from toolkit.backends import backend_for
 from toolkit.backends.registry import tuned_profile
-from toolkit.boards import Board, BoardProfile, Inventory, load_profile, resolve_board
+from toolkit.boards import BUILTIN_BOARDS, Board, BoardProfile, Inventory, load_profile, resolve_board
 from toolkit.errors import BoardError, EdgetuneError, WorkloadError
 from toolkit.manifest import (KERNEL_DIR, LOG_FILE, MANIFEST, README, ExportError, ExportManifest,
                                      KernelEntry, sha256_file)
@@ -46,6 +46,16 @@ def target_profile(board: str | Board | BoardProfile, inventory: Inventory | Non
             return board, load_profile(board)
         except BoardError:
             raise BoardError(f"{exc}; or give a board type") from None
+
+
+def registered_board(name: str, inventory: Inventory | None) -> Board | None:
+    """The inventory's board ``name`` (``None`` for a board type or a built-in board)."""
+    if name in BUILTIN_BOARDS:
+        return None
+    try:
+        return resolve_board(name, inventory)
+    except BoardError:
+        return None
 
 
 class RepeatedWorkloadWarning(UserWarning):

@@ -180,12 +180,14 @@ class TVMBackend(Backend):
                                             "the kernels' layout)"})
 
     def check_model_build(self, folder: Path, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan],
-                          x: np.ndarray, reference: list[np.ndarray], *, on_step: Any = None) -> dict[str, Any]:
-        """Run here when this machine runs the board's code (:mod:`toolkit.backends.tvm.model_check`)."""
+                          x: np.ndarray, reference: list[np.ndarray], *, board: Board | None = None,
+                          on_step: Any = None) -> dict[str, Any]:
+        """Run here when this machine runs the board's code, else on ``board`` over RPC when it is a provisioned
+        board (:mod:`toolkit.backends.tvm.model_check`)."""
         from toolkit.backends.tvm.model_check import check_build
 
         return check_build((folder / "model.so").read_bytes(), program, profile, plans, x, reference,
-                           on_step=on_step)
+                           board=board, device=self.device, on_step=on_step)
 
     def run_model(self, folder: Path, manifest: ExportManifest, board: Board, inputs: Sequence[np.ndarray],
                   options: MeasureOptions, *, tracker: tuple[str, int] | str | None = None, on_wait: Any = None,

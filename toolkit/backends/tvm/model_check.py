@@ -1,7 +1,8 @@
 """A whole-model build checked against PyTorch before it is exported, and the first op where it differs.
 
 :func:`check_build` runs the built library once on a seeded input with the Relax VM, here, when the board's
-code runs on this machine (its architecture, a CPU target this CPU has), and compares the outputs with
+code runs on this machine (its architecture, a CPU target this CPU has), else on the board the export is for
+when it is provisioned (over TVM RPC: an emulated board in the tests), and compares the outputs with
 PyTorch's (:func:`~toolkit.tuning.core.check.compare_model_outputs`, the tolerance ``edgetune run`` uses).
 Where they differ, :func:`first_difference` bisects the model's graph: each candidate prefix (the graph cut
 after one op) is exported, built with the same conv plans and compared with that op's PyTorch value, so the
@@ -13,14 +14,15 @@ from __future__ import annotations
 import copy
 import platform
 import tempfile
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from toolkit.boards import BoardProfile
-from toolkit.errors import ExportError
+from toolkit.boards import Board, BoardProfile
+from toolkit.errors import BoardError, ExportError
 from toolkit.manifest import ConvPlan
 
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -61,28 +63,70 @@ def flatten(value: Any) -> list[np.ndarray]:
     return [a for v in value for a in flatten(v)]
 
 
+def board_run(board: Board, device: str) -> Callable[[bytes, np.ndarray], list[np.ndarray]]:
+    """A function running a built Relax model (a shared library's bytes) on ``board`` over TVM RPC, one session
+    per call; :class:`~toolkit.errors.BoardError` naming the stage that failed."""
+    def run(library: bytes, x: np.ndarray) -> list[np.ndarray]:
+        import tvm
+        from tvm import relax
+
+        from toolkit.backends.tvm.rpc_runner import RPCRunner
+
+        runner = RPCRunner(board, session_timeout=600)
+        name = f"edgetune-check-{uuid.uuid4().hex[:12]}.so"
+        try:
+            with runner.session(120) as (sess, at):
+                at("upload")
+                sess.upload(bytearray(library), name)
+                at("load")
+                dev = sess.device(device, 0)
+                vm = relax.VirtualMachine(sess.load_module(name), dev)
+                at("run")
+                return flatten(vm["main"](tvm.runtime.tensor(np.ascontiguousarray(x), dev)))
+        finally:
+            runner.close()
+    return run
+
+
 def check_build(library: bytes, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], x: np.ndarray,
-                reference: list[np.ndarray], *, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+                reference: list[np.ndarray], *, board: Board | None = None, device: str = "cpu",
+                on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The built model against PyTorch's ``reference`` outputs on ``x``: the check's record for the manifest;
-    :class:`ExportError` naming the first op that differs when it is wrong; ``{"checked": False, ...}`` with why
-    when it cannot run here."""
+    :class:`ExportError` naming the first op that differs when it is wrong. It runs here when this machine runs
+    the board's code, else on ``board`` (a provisioned board) over RPC; ``{"checked": False, ...}`` with why when
+    it can run in neither place."""
+    from toolkit.rpc.agent_control import board_state
     from toolkit.tuning.core.check import compare_model_outputs
 
     why = why_not_here(profile)
-    if why is not None:
-        return {"checked": False, "why": f"not run here ({why}); `edgetune run` checks it on the board"}
-    ok, message = compare_model_outputs([run_library(library, x)], [reference])
+    if why is None:
+        run, where_run = run_library, "here"
+    elif board is not None and board_state(board.name) is not None:
+        run, where_run = board_run(board, device), f"on board {board.name}"
+        if on_step is not None:
+            on_step(f"the model on board {board.name} over RPC (not here: {why})")
+    else:
+        return {"checked": False, "why": f"not run here ({why}) and no provisioned board named (export with --board "
+                                         "NAME of a provisioned board to check it there); `edgetune run` checks it "
+                                         "on the board"}
+    try:
+        got = run(library, x)
+    except BoardError as exc:
+        return {"checked": False, "why": f"not run here ({why}); {exc}; `edgetune run` checks it on the board"}
+    ok, message = compare_model_outputs([got], [reference])
     if ok:
-        return {"checked": True, "input": "standard normal, seeded", "verdict": message}
+        return {"checked": True, "where": where_run, "input": "standard normal, seeded", "verdict": message}
     if on_step is not None:
         on_step("prefixes of the model to find the first op that differs from PyTorch")
-    where = first_difference(program, profile, plans, x, on_step=on_step)
-    raise ExportError(f"the built model differs from PyTorch's ({message}){where}; nothing was exported: the op is "
-                      "computed wrongly by TVM's importer or a kernel (export a model without it, or use --no-check "
-                      "to export it anyway)")
+    where = first_difference(program, profile, plans, x, run=run, on_step=on_step)
+    on_board = "" if where_run == "here" else f" {where_run}"
+    raise ExportError(f"the built model differs from PyTorch's{on_board} ({message}){where}; nothing was "
+                      "exported: the op is computed wrongly by TVM's importer or a kernel (export a model without it, "
+                      "or use --no-check to export it anyway)")
 
 
 def first_difference(program: Any, profile: BoardProfile, plans: Sequence[ConvPlan], x: np.ndarray, *,
+                     run: Callable[[bytes, np.ndarray], list[np.ndarray]] = run_library,
                      on_step: Callable[[str], None] | None = None) -> str:
     """``"; the first op whose output differs is OP (MODULE)"`` for the first op of ``program`` whose built
     output differs from PyTorch's (bisected over the ops that depend on the input; ``""`` when no prefix differs,
@@ -120,7 +164,7 @@ def first_difference(program: Any, profile: BoardProfile, plans: Sequence[ConvPl
                     and _before(gm, n, node))
         try:
             library = _prefix_library(gm, node, x, profile, [copy.copy(p) for p in plans[:convs]])
-            got = run_library(library, x)
+            got = run(library, x)
         except Exception:  # noqa: BLE001 - a prefix TVM cannot build counts as one that differs
             return True
         return not compare_model_outputs([got[:1]], [[values[node.name].numpy()]])[0]

@@ -295,7 +295,8 @@ class VTABackend(Backend):
         return compile_vta_model(program, profile, plans, folder, calibration=calibration, progress=progress)
 
     def check_model_build(self, folder: Path, program: Any, profile: BoardProfile, plans: Sequence[ConvPlan],
-                          x: np.ndarray, reference: list[np.ndarray], *, on_step: Any = None) -> dict[str, Any]:
+                          x: np.ndarray, reference: list[np.ndarray], *, board: Board | None = None,
+                          on_step: Any = None) -> dict[str, Any]:
         """An int8 model differs from the float one by design: `run` checks it bit-exact against its int8 reference
         (and reports its agreement with PyTorch's float model)."""
         return {"checked": False, "why": "an int8 model: `edgetune run` checks it bit-exact against its int8 "
