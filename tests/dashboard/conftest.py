@@ -1,5 +1,5 @@
-"""Logs, a bench result and an export for the dashboard's tests: a real tuning run on the VTA simulator, logs
-written with edgetune's own journal, and files a test damages on purpose."""
+"""Logs, a bench result and an export for the dashboard's tests: the demo's tuning run and export on the VTA
+simulator (shorter), logs written with edgetune's own journal, and files a test damages on purpose."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import pytest
 from toolkit.backends import make_task
 from toolkit.boards import resolve_board
 from toolkit.tuning.journal import Journal, LogHeader, Record
-from toolkit.tuning.session import tune
-from toolkit.tuning.tuners.base import make_tuner
 from toolkit.workloads import parse_workload
 
 SMALL = "conv2d:H=14,W=14,CI=32,CO=32,K=3,S=1,P=1"
@@ -48,12 +46,12 @@ def write_lines(path: Path, task: dict, n: int, *, seconds=lambda i: 1e-3 * (1 +
 def runs_dir(tmp_path_factory) -> Path:
     """A folder as a user's logs folder looks: a finished tuning run on vta-fsim, a corrupt log, a log whose
     writer died mid-record, a bench result and an export of the run."""
-    from toolkit.export import export
+    from toolkit.demo import run_export_demo, run_tuning_demo
 
     root = tmp_path_factory.mktemp("runs")
-    log = root / "logs" / "vta-fsim" / "small.jsonl"
+    log = Path(run_tuning_demo(root, trials=TRIALS, workload=SMALL).log)     # what `make demo` writes, shorter
+    run_export_demo(log, root / "export")
     task = make_task(parse_workload(SMALL), resolve_board("vta-fsim"))
-    tune(task, make_tuner("random", seed=0), TRIALS, log=log)
     corrupt = root / "logs" / "corrupt.jsonl"
     write_lines(corrupt, task.describe(), 5)
     with corrupt.open("a") as f:
@@ -70,8 +68,12 @@ def runs_dir(tmp_path_factory) -> Path:
                                     "xgb": [[2e-3, 1e-3, 1e-3, 1e-3], [3e-3, 1e-3, 1e-3, 1e-3]]}.items()
                       for s, h in enumerate(hs)]}
     (root / "bench.json").write_text(json.dumps(bench))
-    export(log, root / "export")
     return root
+
+
+def demo_log(root: Path) -> Path:
+    """The demo's tuning log in a :func:`runs_dir` folder."""
+    return next((root / "logs" / "vta-fsim").glob("*.jsonl"))
 
 
 @pytest.fixture

@@ -21,7 +21,9 @@ from toolkit.export.last_run import record_run
 from toolkit.testing.browser import dashboard_server
 from toolkit.testing.cli import one_line_error
 
-from tests.dashboard.conftest import TRIALS, record, task_dict, write_lines
+from toolkit.tuning.tuners.base import DEFAULT_TUNER
+
+from tests.dashboard.conftest import TRIALS, demo_log, record, task_dict, write_lines
 
 
 def get(base: str, route: str, **params: str) -> tuple[int, dict]:
@@ -42,10 +44,10 @@ def test_every_log_gets_a_card_with_its_state_and_a_broken_one_its_own_error(run
         status, data = get(base, "/api/runs")
     assert status == 200
     cards = {Path(r["path"]).name: r for r in data["runs"]}
-    assert set(cards) == {"small.jsonl", "corrupt.jsonl", "cut.jsonl"}
-    small = cards["small.jsonl"]
-    assert (small["state"], small["trials"], small["board"], small["error"]) == ("finished", TRIALS, "vta-fsim", None)
-    assert small["best_s"] > 0 and small["tuners"] == ["random"]
+    assert set(cards) == {demo_log(runs_dir).name, "corrupt.jsonl", "cut.jsonl"}
+    demo = cards[demo_log(runs_dir).name]
+    assert (demo["state"], demo["trials"], demo["board"], demo["error"]) == ("finished", TRIALS, "vta-fsim", None)
+    assert demo["best_s"] > 0 and demo["tuners"] == [DEFAULT_TUNER]
     assert cards["corrupt.jsonl"]["state"] == "corrupt" and cards["corrupt.jsonl"]["trials"] == 5
     assert "corrupt.jsonl:7: not valid JSON" in cards["corrupt.jsonl"]["error"]
     assert (cards["cut.jsonl"]["state"], cards["cut.jsonl"]["trials"], cards["cut.jsonl"]["truncated"]) == \
@@ -53,9 +55,8 @@ def test_every_log_gets_a_card_with_its_state_and_a_broken_one_its_own_error(run
 
 
 def test_a_run_page_has_a_point_per_trial_and_the_boards_roofline(runs_dir):
-    log = runs_dir / "logs" / "vta-fsim" / "small.jsonl"
     with dashboard_server([runs_dir]) as base:
-        status, run = get(base, "/api/run", path=str(log))
+        status, run = get(base, "/api/run", path=str(demo_log(runs_dir)))
     assert status == 200 and len(run["tasks"]) == 1
     task = run["tasks"][0]
     assert len(task["points"]["trial"]) + len(task["invalid_points"]["trial"]) == TRIALS == task["trials"]
@@ -139,14 +140,27 @@ def test_compare_gives_medians_spread_and_trials_to_the_optimum(runs_dir):
     assert (rows["xgb"]["reached_optimum"], rows["xgb"]["trials_to_optimum_median"]) == (2, 2)
 
 
-def test_an_export_shows_its_layers_and_last_run(runs_dir):
-    with dashboard_server([runs_dir]) as base:
+def test_the_demos_export_shows_its_layers_and_last_run(runs_dir, tmp_path):
+    import shutil
+
+    from toolkit.demo import run_export_demo
+
+    folder = tmp_path / "demo" / "export"
+    run_export_demo(demo_log(runs_dir), folder)       # the demo's last step, with this test's state folder
+    with dashboard_server([tmp_path / "demo"]) as base:
         _, listing = get(base, "/api/exports")
-        assert [e["last_run"] for e in listing["exports"]] == [False]
-        record_run(runs_dir / "export", "vta-fsim", {"kernels": [{"correct": True}]})
-        status, page = get(base, "/api/export", path=str(runs_dir / "export"))
+        status, page = get(base, "/api/export", path=str(folder))
+    assert [e["last_run"] for e in listing["exports"]] == [True]          # the demo ran it
     assert status == 200 and page["runs_on"] == "VTA" and page["schedules"] == {"tuned": 1}
     assert page["layers"][0]["workload"].startswith("conv2d:") and page["last_run"]["board"] == "vta-fsim"
+    assert page["last_run"]["result"]["kernels"][0]["correct"] is True
+    assert page["log"] and Path(page["log"]).is_file()
+    fresh = tmp_path / "never-run"
+    shutil.copytree(folder, fresh)
+    with dashboard_server([tmp_path]) as base:
+        assert get(base, "/api/export", path=str(fresh))[1]["last_run"] is None
+        record_run(fresh, "vta-fsim", {"kernels": [{"correct": False}]})
+        assert get(base, "/api/export", path=str(fresh))[1]["last_run"]["result"]["kernels"][0]["correct"] is False
 
 
 def test_boards_lists_the_inventory_and_says_no_tracker_runs(tmp_path):

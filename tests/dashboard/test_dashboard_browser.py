@@ -12,7 +12,7 @@ import pytest
 from toolkit.testing.browser import (browser_missing, chart_points, chromium, console_errors, dashboard_server,
                                      run_url, wait_for)
 
-from tests.dashboard.conftest import TRIALS, record
+from tests.dashboard.conftest import TRIALS, demo_log, record
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 
@@ -38,14 +38,14 @@ def test_runs_page_renders_every_card_and_a_broken_log_only_on_its_own(runs_dir,
         shown = wait_for(browser, lambda: len(cards(browser)) == 3 and cards(browser), what="three run cards")
         assert "not valid JSON" in shown["corrupt.jsonl"] and "corrupt" in shown["corrupt.jsonl"]
         assert "last line truncated" in shown["cut.jsonl"]
-        assert f"{TRIALS} trials" in shown["small.jsonl"] and "finished" in shown["small.jsonl"]
+        demo = shown[demo_log(runs_dir).name]
+        assert f"{TRIALS} trials" in demo and "finished" in demo
         assert console_errors(browser) == []
 
 
 def test_a_run_chart_has_a_point_per_trial_and_a_roofline(runs_dir, browser, tmp_path):
-    log = runs_dir / "logs" / "vta-fsim" / "small.jsonl"
     with dashboard_server([runs_dir]) as base:
-        browser.get(run_url(base, log))
+        browser.get(run_url(base, demo_log(runs_dir)))
         drawn = wait_for(browser, lambda: ((chart_points(browser, "trials-0", "trials") or 0)
                                            + (chart_points(browser, "trials-0", "invalid") or 0)),
                          what="the trials chart")
