@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.dashboard.logview import MAX_INVALID_POINTS, MAX_POINTS, TOP_CONFIGS, LogView, TaskTrace, downsample
+from toolkit.tuning.metrics import trials_to_optimum
 from toolkit.tuning.records import workload_key
 from toolkit.workloads import Conv2dWorkload
 
@@ -148,7 +149,8 @@ def compare(bench: dict[str, Any]) -> dict[str, Any]:
         optimum = (bench.get("workloads", {}).get(name) or {}).get("optimum")
         rows = []
         for tuner, runs in tuners.items():
-            curves = [_best_so_far(r.get("history") or []) for r in runs]
+            curves = [[h if h is not None and math.isfinite(h) else None for h in r.get("history") or []]
+                      for r in runs]     # a bench history is the best so far after each trial
             n = max((len(c) for c in curves), default=0)
             median, lo, hi = [], [], []
             for i in range(n):
@@ -157,7 +159,7 @@ def compare(bench: dict[str, Any]) -> dict[str, Any]:
                 lo.append(min(col) if col else None)
                 hi.append(max(col) if col else None)
             bests = [r["best_seconds"] for r in runs if r.get("best_seconds")]
-            reach = [_reached(c, optimum) for c in curves] if optimum else []
+            reach = [trials_to_optimum(c, optimum) for c in curves] if optimum else []
             rows.append({"tuner": tuner, "seeds": len(runs), "median": median, "low": lo, "high": hi,
                          "best_median_s": statistics.median(bests) if bests else None,
                          "best_min_s": min(bests) if bests else None, "best_max_s": max(bests) if bests else None,
@@ -166,23 +168,6 @@ def compare(bench: dict[str, Any]) -> dict[str, Any]:
                          if any(x is not None for x in reach) else None})
         out.append({"workload": name, "optimum_s": optimum, "tuners": rows})
     return {"settings": bench.get("settings", {}), "environment": bench.get("environment", {}), "workloads": out}
-
-
-def _best_so_far(history: list[float | None]) -> list[float | None]:
-    best, out = math.inf, []
-    for h in history:
-        if h is not None and math.isfinite(h):
-            best = min(best, h)
-        out.append(best if math.isfinite(best) else None)
-    return out
-
-
-def _reached(curve: list[float | None], optimum: float) -> int | None:
-    """The first trial (1-based) whose best is the optimum, ``None`` when never reached."""
-    for i, b in enumerate(curve, start=1):
-        if b is not None and b <= optimum * (1 + 1e-9):
-            return i
-    return None
 
 
 def export_detail(folder: Path) -> dict[str, Any]:
