@@ -36,7 +36,7 @@ def downsample(n: int, keep: set[int], limit: int) -> list[int]:
     others up to ``limit`` in all (all of them otherwise).
 
     >>> downsample(10, {7}, 4)
-    [0, 3, 6, 7, 9]
+    [0, 4, 7, 9]
     >>> downsample(3, set(), 4)
     [0, 1, 2]
     """
