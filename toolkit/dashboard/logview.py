@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import LogError
+from toolkit.tuning.journal import flock_pid
 from toolkit.tuning.records import HEADER_KEY, LogHeader, Record, line_json, workload_key
 
 MAX_POINTS = 1000
@@ -49,17 +49,11 @@ def downsample(n: int, keep: set[int], limit: int) -> list[int]:
 
 
 def writer_pid(path: Path) -> int | None:
-    """The pid holding a ``flock`` on ``path`` (a tuning run's journal), from ``/proc/locks``; ``None`` if none."""
+    """The pid holding a ``flock`` on ``path`` (a tuning run's journal); ``None`` if none."""
     try:
-        st = path.stat()
-        want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        for line in Path("/proc/locks").read_text().splitlines():
-            parts = line.split()
-            if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want:
-                return int(parts[4])
-    except (OSError, ValueError):
-        pass
-    return None
+        return flock_pid(path.stat())
+    except OSError:
+        return None
 
 
 @dataclass

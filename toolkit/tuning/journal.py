@@ -37,26 +37,32 @@ from toolkit.tuning.records import (ERROR_VALUES, HEADER_KEY, MAX_COST_S, MAX_FE
 __all__ = ["ERROR_VALUES", "HEADER_KEY", "MAX_COST_S", "MAX_FEATURE", "MIN_COST_S", "SCHEMA_VERSION",
            "DuplicateRecordWarning", "LogHeader", "Record", "TruncatedLogWarning", "TunedOn", "best_per_workload",
            "load_records", "read_log", "stream_log", "tvm_version", "workload_key", "Journal", "check_log_path",
-           "lock_holder", "open_journal"]
+           "flock_pid", "lock_holder", "open_journal"]
 
 
-def lock_holder(fd: int) -> str:
-    """Who holds the ``flock`` on the file open as ``fd``: ``pid N (command)`` from ``/proc/locks``."""
-    st = os.fstat(fd)
+def flock_pid(st: os.stat_result) -> int | None:
+    """The pid holding a ``flock`` on the file ``st`` describes, from ``/proc/locks`` (``None``: nobody)."""
     want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         for line in Path("/proc/locks").read_text().splitlines():
             parts = line.split()
             if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want:
-                pid = parts[4]
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
-                    cmd = ""
-                return f"pid {pid}" + (f" ({cmd.strip()[:120]})" if cmd.strip() else "")
-    except OSError:
+                return int(parts[4])
+    except (OSError, ValueError):
         pass
-    return "another process"
+    return None
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the ``flock`` on the file open as ``fd``: ``pid N (command)`` from ``/proc/locks``."""
+    pid = flock_pid(os.fstat(fd))
+    if pid is None:
+        return "another process"
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        cmd = ""
+    return f"pid {pid}" + (f" ({cmd.strip()[:120]})" if cmd.strip() else "")
 
 
 def open_journal(log: str | Path | None, task: dict[str, Any], *, resume: bool) -> tuple[Journal | None, list[Record]]:
